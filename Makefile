@@ -1,0 +1,51 @@
+# attnexp — `make help` lists the targets.
+PYTHON ?= python3
+TORCH ?= torch==2.13.0
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+export HF_HUB_OFFLINE ?= 1
+export HF_DATASETS_OFFLINE ?= 1
+
+.PHONY: help setup quickstart test test-all lint format sweep tensorboard bench clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH)"   # first: a plain `torch` pulls GBs of CUDA wheels
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)  ## create .venv and install torch, then attnexp with its dev extra
+
+quickstart: setup  ## a real experiment offline on the embedded sample data (< 3 min on 2 cores)
+	$(BIN)/python -m attnexp model=bag_attn scorer=dot trainer.max_epochs=5 trainer=cpu
+
+test: setup  ## the test suite (excludes slow tests)
+	$(BIN)/python -m pytest -q
+
+test-all: setup  ## every test, slow ones too
+	$(BIN)/python -m pytest -q -m ""
+
+lint: setup  ## ruff lint and format check
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+format: setup  ## ruff fix and format
+	$(BIN)/ruff check --fix src tests bench
+	$(BIN)/ruff format src tests bench
+
+sweep: setup  ## the bag-of-digits comparison as one sweep
+	$(BIN)/python -m attnexp -m model=bag_attn scorer=additive,dot,scaled_dot,bilinear
+
+tensorboard: setup  ## serve outputs/ on http://127.0.0.1:6006
+	$(BIN)/tensorboard --logdir outputs --host 127.0.0.1 --port 6006
+
+bench: setup  ## throughput benchmarks (runner vs plain PyTorch loop)
+	$(BIN)/python bench/bench_bag_mnist.py
+
+clean:  ## remove caches (never outputs/)
+	rm -rf .ruff_cache .pytest_cache build dist src/*.egg-info

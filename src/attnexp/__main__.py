@@ -1,0 +1,3 @@
+from attnexp.train import cli
+
+cli()

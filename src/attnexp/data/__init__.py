@@ -1,0 +1,1 @@
+"""LightningDataModules (one per dataset) and the loading, source and batching code they share."""

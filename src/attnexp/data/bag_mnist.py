@@ -1,0 +1,155 @@
+"""Bags of MNIST digits: a bag of T digit images, labelled by a rule over its digits."""
+
+import logging
+from pathlib import Path
+
+import torch
+from matplotlib.figure import Figure
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler
+
+from attnexp.data.bags import BagDataset, check_rule
+from attnexp.data.base import AttnDataModule
+from attnexp.data.mnist import load_mnist
+from attnexp.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
+NUM_CLASSES = 10
+
+
+def batched_loader(dataset: BagDataset, batch_size: int, shuffle: bool, num_workers: int) -> DataLoader:
+    """The dataset builds whole batches itself, so the loader hands it lists of positions."""
+    sampler = RandomSampler(dataset) if shuffle else SequentialSampler(dataset)
+    return DataLoader(
+        dataset,
+        sampler=BatchSampler(sampler, batch_size, drop_last=False),
+        batch_size=None,
+        num_workers=num_workers,
+        persistent_workers=num_workers > 0,
+    )
+
+
+class BagMNISTDataModule(AttnDataModule):
+    """Args:
+        data_dir: folder holding `mnist/` with the four IDX `*-ubyte.gz` files.
+        source: auto | local | hub | sample.
+        bag_size: T for training and the main val/test sets (the largest size when `variable`).
+        variable: train on bags of min_bag_size..bag_size items (padded, masked).
+        label_rule: largest | parity.
+        val_fraction: share of training images held out (fixed for the seed) for validation bags.
+        eval_bag_sizes: extra fixed-size test sets, logged as test/acc_bag{n}.
+        eval_variable_max: extra test set of bags of 1..n items, logged as test/acc_variable (0: none).
+        num_train_bags / num_eval_bags: bags per epoch / per eval set (null: pool size // bag size).
+    """
+
+    input_kind = "bags"
+
+    def __init__(
+        self,
+        data_dir: str,
+        source: str = "auto",
+        bag_size: int = 3,
+        variable: bool = False,
+        min_bag_size: int = 1,
+        label_rule: str = "largest",
+        batch_size: int = 128,
+        val_fraction: float = 0.1,
+        eval_bag_sizes: list[int] | tuple[int, ...] = tuple(range(1, 13)),
+        eval_variable_max: int = 6,
+        num_train_bags: int | None = None,
+        num_eval_bags: int | None = None,
+        seed: int = 0,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        for key, value in (("bag_size", bag_size), ("min_bag_size", min_bag_size), ("batch_size", batch_size)):
+            if value < 1:
+                raise ConfigError(f"data.{key}={value} must be >= 1 (set data.{key}=...)")
+        if variable and min_bag_size > bag_size:
+            raise ConfigError(f"data.min_bag_size={min_bag_size} is larger than data.bag_size={bag_size}")
+        if not 0.0 < val_fraction < 1.0:
+            raise ConfigError(f"data.val_fraction={val_fraction} must be between 0 and 1 (exclusive)")
+        check_rule(label_rule)
+        self.data_dir, self.source_request = Path(data_dir), source
+        self.bag_size, self.variable, self.min_bag_size = bag_size, variable, min_bag_size
+        self.label_rule, self.batch_size = label_rule, batch_size
+        self.val_fraction, self.num_train_bags, self.num_eval_bags = val_fraction, num_train_bags, num_eval_bags
+        self.eval_bag_sizes = [int(n) for n in eval_bag_sizes]
+        self.eval_variable_max = eval_variable_max
+        self.seed, self.num_workers = seed, num_workers
+        self.splits: dict | None = None
+
+    @property
+    def model_kwargs(self) -> dict:
+        return {"num_classes": NUM_CLASSES, "image_size": 28, "channels": 1, "bag_size": self.bag_size}
+
+    @property
+    def test_set_names(self) -> list[str]:
+        names = [f"bag{n}" for n in self.eval_bag_sizes]
+        return names + (["variable"] if self.eval_variable_max > 0 else [])
+
+    def adapt_to(self, model: torch.nn.Module) -> None:
+        limit = getattr(model, "max_bag_size", None)
+        if limit is None:
+            return
+        too_big = [n for n in self.eval_bag_sizes if n > limit]
+        if too_big:
+            log.warning("%s takes at most %d items: skipping test bags of sizes %s",
+                        type(model).__name__, limit, too_big)
+        self.eval_bag_sizes = [n for n in self.eval_bag_sizes if n <= limit]
+        if self.eval_variable_max > limit:
+            log.warning("%s takes at most %d items: skipping the variable 1..%d test set",
+                        type(model).__name__, limit, self.eval_variable_max)
+            self.eval_variable_max = 0
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits is not None:
+            return
+        splits, self.source = load_mnist(self.data_dir, self.source_request)
+        images, labels = splits["train"]
+        num_val = int(len(images) * self.val_fraction)
+        perm = torch.randperm(len(images), generator=torch.Generator().manual_seed(self.seed))
+        val, train = perm[:num_val], perm[num_val:]
+        self.splits = {"train": (images[train], labels[train]), "val": (images[val], labels[val]),
+                       "test": splits["test"]}
+        log.info("MNIST (%s): %d train / %d val / %d test images", self.source,
+                 len(train), len(val), len(splits["test"][0]))
+
+    def _bags(self, split: str, min_size: int, max_size: int, seed_offset: int, resample: bool = False) -> BagDataset:
+        images, labels = self.splits[split]
+        default = len(images) // max(1, (min_size + max_size) // 2)
+        num_bags = (self.num_train_bags if resample else self.num_eval_bags) or default
+        return BagDataset(images, labels, num_bags, min_size, max_size, self.label_rule,
+                          seed=self.seed * 1000 + seed_offset, resample=resample)
+
+    def train_dataloader(self) -> DataLoader:
+        min_size = self.min_bag_size if self.variable else self.bag_size
+        data = self._bags("train", min_size, self.bag_size, 0, resample=True)
+        return batched_loader(data, self.batch_size, True, self.num_workers)
+
+    def val_dataloader(self) -> DataLoader:
+        return batched_loader(self._bags("val", self.bag_size, self.bag_size, 1), self.batch_size, False, self.num_workers)
+
+    def test_dataloader(self) -> list[DataLoader]:
+        sets = [self._bags("test", self.bag_size, self.bag_size, 2)]
+        sets += [self._bags("test", n, n, 100 + n) for n in self.eval_bag_sizes]
+        if self.eval_variable_max > 0:
+            sets.append(self._bags("test", 1, self.eval_variable_max, 3))
+        return [batched_loader(s, self.batch_size, False, self.num_workers) for s in sets]
+
+    def on_after_batch_transfer(self, batch: dict, dataloader_idx: int) -> dict:
+        """uint8 (B, T, S, S) -> normalised float (B, T, 1, S, S), padded slots zero; on the device."""
+        items = (batch["items"].float() / 255.0 - MNIST_MEAN) / MNIST_STD
+        items = items * batch["mask"][:, :, None, None]
+        return {**batch, "items": items.unsqueeze(2)}
+
+    def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor]:
+        data = self._bags("val", self.min_bag_size if self.variable else self.bag_size, self.bag_size, 7)
+        return self.on_after_batch_transfer(data[list(range(min(num_examples, len(data))))], 0)
+
+    def attention_figure(self, batch: dict, logits: torch.Tensor, attention) -> Figure:
+        from attnexp.viz.bags import plot_bag_attention
+
+        return plot_bag_attention(batch["items"][:, :, 0], batch["mask"], attention,
+                                  batch["labels"], logits.argmax(-1))

@@ -1,0 +1,52 @@
+"""What every attnexp DataModule offers the runner besides Lightning's hooks."""
+
+import logging
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from matplotlib.figure import Figure
+
+log = logging.getLogger(__name__)
+
+
+class AttnDataModule(pl.LightningDataModule):
+    """Base class.
+
+    Subclasses set `input_kind` (the batch kind models must read), fill `source` during setup
+    ("local" | "hub" | "sample") and provide `model_kwargs` (runtime sizes such as num_classes or
+    vocab_size), `test_set_names` (extra test sets after the main one) and the attention figure.
+    """
+
+    input_kind: str = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.source: str | None = None
+
+    @property
+    def model_kwargs(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.model_kwargs["num_classes"])
+
+    @property
+    def test_set_names(self) -> list[str]:
+        return []
+
+    def adapt_to(self, model: torch.nn.Module) -> None:
+        """Drop evaluations the model cannot run (e.g. bags larger than it was built for)."""
+
+    def save_artifacts(self, run_dir: str) -> None:
+        """Write what evaluate/predict need besides the checkpoint (e.g. a tokenizer)."""
+
+    def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor] | None:
+        """A fixed batch whose attention is drawn every validation epoch (None: no figure)."""
+        return None
+
+    def attention_figure(
+        self, batch: dict[str, torch.Tensor], logits: torch.Tensor, attention: Any
+    ) -> Figure | None:
+        return None

@@ -1,0 +1,5 @@
+"""Networks assembled from `attnexp.modules` (framework-free).
+
+Each model class declares `input_kind`: the kind of batch it reads, which the DataModule it is
+paired with must provide (checked by the runner).
+"""

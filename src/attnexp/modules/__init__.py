@@ -1,0 +1,27 @@
+"""Framework-free attention building blocks (no Lightning, no Hydra)."""
+
+from attnexp.modules.masking import lengths_to_mask, masked_mean, masked_softmax
+from attnexp.modules.mhsa import MultiHeadSelfAttention
+from attnexp.modules.pooling import AttentionPooling
+from attnexp.modules.scorers import (
+    AdditiveScorer,
+    BilinearScorer,
+    DotScorer,
+    ScaledDotScorer,
+    Scorer,
+    SimpleScorer,
+)
+
+__all__ = [
+    "AdditiveScorer",
+    "AttentionPooling",
+    "BilinearScorer",
+    "DotScorer",
+    "MultiHeadSelfAttention",
+    "ScaledDotScorer",
+    "Scorer",
+    "SimpleScorer",
+    "lengths_to_mask",
+    "masked_mean",
+    "masked_softmax",
+]

@@ -1,0 +1,65 @@
+"""Lightning callbacks: attention figures to TensorBoard and a per-epoch history in metrics.json."""
+
+import logging
+
+import matplotlib.pyplot as plt
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.loggers import TensorBoardLogger
+
+log = logging.getLogger(__name__)
+
+
+def tensorboard_writers(trainer: pl.Trainer) -> list:
+    return [lg.experiment for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
+
+
+class AttentionFigures(pl.Callback):
+    """After each validation epoch, draw the attention of a fixed probe batch (tag `attention/...`).
+
+    The DataModule chooses the probe examples and draws the figure (`probe_batch`,
+    `attention_figure`), so one callback serves bags, reviews and sentence pairs.
+    """
+
+    def __init__(self, num_examples: int = 8, every_n_epochs: int = 1) -> None:
+        self.num_examples = num_examples
+        self.every_n_epochs = every_n_epochs
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        writers = tensorboard_writers(trainer)
+        if trainer.sanity_checking or not writers or trainer.current_epoch % self.every_n_epochs:
+            return
+        datamodule = trainer.datamodule
+        batch = datamodule.probe_batch(self.num_examples)
+        if batch is None:
+            return
+        batch = {k: v.to(pl_module.device) if torch.is_tensor(v) else v for k, v in batch.items()}
+        inputs = {k: v for k, v in batch.items() if k != "labels"}
+        was_training = pl_module.training
+        pl_module.eval()
+        with torch.no_grad():
+            logits, attention = pl_module.model(**inputs, return_attention=True)
+        pl_module.train(was_training)
+        figures = datamodule.attention_figure(batch, logits, attention)
+        if figures is None:
+            return
+        if not isinstance(figures, dict):
+            figures = {"attention/val_examples": figures}
+        for tag, figure in figures.items():
+            for writer in writers:
+                writer.add_figure(tag, figure, global_step=trainer.global_step, close=False)
+            plt.close(figure)
+
+
+class EpochHistory(pl.Callback):
+    """Appends each epoch's logged metrics to the run record, so reports can plot runs in flight."""
+
+    def __init__(self, record) -> None:
+        self.record = record
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Runs after the epoch's validation, so val/* of this epoch are in callback_metrics.
+        row = {"epoch": trainer.current_epoch, "step": trainer.global_step}
+        row.update({k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1})
+        history = [h for h in self.record.data["history"] if h["epoch"] != row["epoch"]]
+        self.record.update(history=[*history, row])

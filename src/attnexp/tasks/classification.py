@@ -1,0 +1,105 @@
+"""One LightningModule for every classification experiment (bags, reviews, question pairs).
+
+A batch is a dict: `labels` (B,) plus the model's keyword inputs. The model returns logits, or
+(logits, attention) when called with `return_attention=True`.
+"""
+
+from collections.abc import Callable
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics import MetricCollection
+from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
+
+from attnexp.tasks.optim import param_groups
+
+
+def split_batch(batch: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    return inputs, batch["labels"]
+
+
+class ClassificationTask(pl.LightningModule):
+    """Cross-entropy training with accuracy (and macro F1) per stage.
+
+    Args:
+        model: the network.
+        num_classes: from the DataModule.
+        optimizer: factory `optimizer(param_groups)`, e.g. a partial torch.optim.Adam.
+        scheduler: optional factory `scheduler(optimizer, num_training_steps=...)`, stepped per step.
+        weight_decay: applied to matrices only (see `param_groups`).
+        test_set_names: names of the extra test sets after the main one (dataloader 1, 2, ...):
+            their accuracy is logged as `test/acc_<name>`.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        num_classes: int,
+        optimizer: Callable[..., torch.optim.Optimizer],
+        scheduler: Callable[..., object] | None = None,
+        weight_decay: float = 0.0,
+        test_set_names: list[str] | tuple[str, ...] = (),
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = scheduler
+        self.weight_decay = weight_decay
+        self.test_set_names = list(test_set_names)
+        metrics = MetricCollection(
+            {
+                "acc": MulticlassAccuracy(num_classes, average="micro"),
+                "f1": MulticlassF1Score(num_classes, average="macro"),
+            }
+        )
+        # Attributes, not a ModuleDict: "train" would clash with nn.Module.train.
+        self.train_metrics = metrics.clone(prefix="train/")
+        self.val_metrics = metrics.clone(prefix="val/")
+        self.test_metrics = metrics.clone(prefix="test/")
+        self.extra_test_metrics = nn.ModuleList(
+            MulticlassAccuracy(num_classes, average="micro") for _ in self.test_set_names
+        )
+
+    def forward(self, **inputs: torch.Tensor) -> torch.Tensor:
+        return self.model(**inputs)
+
+    def _shared_step(self, batch: dict, stage: str, dataloader_idx: int = 0) -> torch.Tensor:
+        inputs, labels = split_batch(batch)
+        logits = self.model(**inputs)
+        loss = F.cross_entropy(logits, labels)
+        batch_size = labels.shape[0]
+        if dataloader_idx == 0:
+            metrics = getattr(self, f"{stage}_metrics")
+            metrics.update(logits, labels)
+            self.log(f"{stage}/loss", loss, on_step=stage == "train", on_epoch=True,
+                     prog_bar=True, batch_size=batch_size, add_dataloader_idx=False)
+            self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage != "train",
+                          batch_size=batch_size, add_dataloader_idx=False)
+        else:  # an extra test set: accuracy only, under its own name
+            name = self.test_set_names[dataloader_idx - 1]
+            metric = self.extra_test_metrics[dataloader_idx - 1]
+            metric.update(logits, labels)
+            self.log(f"test/acc_{name}", metric, on_step=False, on_epoch=True,
+                     batch_size=batch_size, add_dataloader_idx=False)
+        return loss
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        return self._shared_step(batch, "train")
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self._shared_step(batch, "val")
+
+    def test_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._shared_step(batch, "test", dataloader_idx)
+
+    def configure_optimizers(self):
+        optimizer = self.optimizer_factory(param_groups(self.model, self.weight_decay))
+        if self.scheduler_factory is None:
+            return optimizer
+        scheduler = self.scheduler_factory(
+            optimizer, num_training_steps=int(self.trainer.estimated_stepping_batches)
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -1,0 +1,42 @@
+"""Optimiser parameter groups and learning-rate schedules."""
+
+import math
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Decay matrices only: biases, norms and other vectors (ndim < 2) get no weight decay."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def linear_warmup_decay(
+    optimizer: torch.optim.Optimizer,
+    num_training_steps: int,
+    warmup_ratio: float = 0.1,
+    decay: str = "linear",
+) -> LambdaLR:
+    """Linear warmup over `warmup_ratio` of the steps, then linear or cosine decay to 0."""
+    warmup = max(1, int(num_training_steps * warmup_ratio))
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, num_training_steps - warmup))
+        return 1.0 - progress if decay == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return LambdaLR(optimizer, factor)
+
+
+def total_norm(parameters: Iterable[torch.Tensor]) -> float:
+    grads = [p.grad.detach().norm() for p in parameters if p.grad is not None]
+    return float(torch.stack(grads).norm()) if grads else 0.0

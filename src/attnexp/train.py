@@ -1,0 +1,138 @@
+"""`python -m attnexp <overrides>`: train, then test the best checkpoint; record everything.
+
+Every run writes, in its own run dir: the composed config (.hydra/), checkpoints/ (best and last),
+tb/ (TensorBoard), train.log and metrics.json.
+"""
+
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+import pytorch_lightning as pl
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.loggers import TensorBoardLogger
+
+from attnexp.build import build
+from attnexp.config import register_resolvers
+from attnexp.runs import LAST_CKPT, RunRecord
+from attnexp.tasks.callbacks import EpochHistory
+
+log = logging.getLogger(__name__)
+FAILED_JOBS: list[str] = []  # failed jobs of this process's multirun, for the exit status
+
+register_resolvers()
+
+
+def scalar_metrics(metrics: dict) -> dict[str, float]:
+    return {k: float(v) for k, v in sorted(metrics.items()) if torch.is_tensor(v) and v.numel() == 1}
+
+
+def device_name(trainer: pl.Trainer) -> str:
+    device = trainer.strategy.root_device
+    name = str(device)
+    if device.type == "cuda":
+        name += f" ({torch.cuda.get_device_name(device)})"
+    if trainer.world_size > 1:
+        name += f" x{trainer.world_size}"
+    return name
+
+
+def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str, float]:
+    if cfg.seed is not None:
+        pl.seed_everything(cfg.seed, workers=True)
+    choices = dict(HydraConfig.get().runtime.choices)
+    datamodule, task = build(cfg, choices)
+    record.update(data_source=datamodule.source, choices={k: v for k, v in choices.items() if not k.startswith("hydra")},
+                  num_params=sum(p.numel() for p in task.model.parameters()))
+    if datamodule.source == "sample":
+        record.warn("data: trained on the embedded sample, not the full dataset")
+    datamodule.save_artifacts(str(run_dir))
+
+    callbacks = [instantiate(c) for c in cfg.callbacks.values() if c is not None] + [EpochHistory(record)]
+    loggers = [instantiate(c) for c in cfg.logger.values() if c is not None] if cfg.get("logger") else []
+    trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
+    record.update(device=device_name(trainer))
+
+    resume_ckpt = run_dir / LAST_CKPT if cfg.get("resume") else None
+    if resume_ckpt is not None:
+        log.info("resuming from %s", resume_ckpt)
+    trainer.fit(task, datamodule=datamodule, ckpt_path=resume_ckpt)
+    metrics = scalar_metrics(trainer.callback_metrics)
+
+    checkpoint = trainer.checkpoint_callback
+    best = checkpoint.best_model_path if checkpoint is not None else ""
+    if best:
+        metrics[f"{checkpoint.monitor}_best"] = float(checkpoint.best_model_score)
+        record.update(best_ckpt=str(Path(best).relative_to(run_dir)) if Path(best).is_relative_to(run_dir) else best)
+    else:
+        record.warn("no best checkpoint (checkpointing off, e.g. fast_dev_run): testing the final weights")
+    if cfg.get("test", True):
+        trainer.test(task, datamodule=datamodule, ckpt_path=best or None)
+        metrics.update(scalar_metrics(trainer.callback_metrics))
+
+    hparams = OmegaConf.to_container(cfg, resolve=True)
+    for tb_logger in [lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]:
+        tb_logger.log_hyperparams(flatten_hparams(hparams), metrics=metrics)  # the HPARAMS tab
+    return metrics
+
+
+def flatten_hparams(tree: dict, prefix: str = "") -> dict:
+    """Nested config -> {"model.hidden_size": 256, ...} with TensorBoard-friendly leaf types."""
+    flat = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten_hparams(value, f"{name}."))
+        elif key != "_target_" or not prefix.startswith(("callbacks", "logger")):
+            flat[name] = value if isinstance(value, int | float | str | bool) else str(value)
+    return flat
+
+
+def run(cfg: DictConfig) -> dict[str, float]:
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    record = RunRecord(run_dir, seed=cfg.get("seed"), overrides=list(hydra_cfg.overrides.task))
+    record.start()
+    try:
+        metrics = fit_and_test(cfg, run_dir, record)
+    except BaseException as err:  # Ctrl-C and crashes alike leave status=failed behind
+        record.fail(err)
+        raise
+    record.complete(metrics)
+    log.info("run dir: %s", run_dir)
+    return metrics
+
+
+@hydra.main(version_base="1.3", config_path="pkg://attnexp.conf", config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    try:
+        metrics = run(cfg)
+    except Exception:
+        if HydraConfig.get().mode != RunMode.MULTIRUN:
+            raise
+        # One failed job must not end the sweep: it is recorded (status=failed) and counted.
+        log.exception("job %s failed; the sweep goes on", HydraConfig.get().job.num)
+        FAILED_JOBS.append(HydraConfig.get().runtime.output_dir)
+        return None
+    if HydraConfig.get().mode == RunMode.RUN:
+        print(summary(metrics, HydraConfig.get().runtime.output_dir))
+    objective = cfg.get("optimized_metric")
+    return metrics.get(objective) if objective else None
+
+
+def summary(metrics: dict[str, float], run_dir: str) -> str:
+    keys = [k for k in metrics if k.startswith(("test/acc", "val/acc"))]
+    lines = [f"  {k:<24} {metrics[k]:.4f}" for k in keys]
+    return "\n".join([f"run dir: {run_dir}", *lines])
+
+
+def cli() -> None:
+    main()
+    if FAILED_JOBS:
+        print(f"{len(FAILED_JOBS)} job(s) failed:", *FAILED_JOBS, sep="\n  ", file=sys.stderr)
+        sys.exit(min(len(FAILED_JOBS), 100))
