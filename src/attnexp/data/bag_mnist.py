@@ -40,7 +40,9 @@ class BagMNISTDataModule(AttnDataModule):
         val_fraction: share of training images held out (fixed for the seed) for validation bags.
         eval_bag_sizes: extra fixed-size test sets, logged as test/acc_bag{n}.
         eval_variable_max: extra test set of bags of 1..n items, logged as test/acc_variable (0: none).
-        num_train_bags / num_eval_bags: bags per epoch / per eval set (null: pool size // bag size).
+        num_train_bags: bags per training epoch (null: one per training image, as in the book, so
+            10 epochs match its 10 epochs).
+        num_eval_bags: bags per val/test set (null: pool size // mean bag size).
     """
 
     input_kind = "bags"
@@ -118,8 +120,11 @@ class BagMNISTDataModule(AttnDataModule):
 
     def _bags(self, split: str, min_size: int, max_size: int, seed_offset: int, resample: bool = False) -> BagDataset:
         images, labels = self.splits[split]
-        default = len(images) // max(1, (min_size + max_size) // 2)
-        num_bags = (self.num_train_bags if resample else self.num_eval_bags) or default
+        if resample:
+            num_bags = self.num_train_bags if self.num_train_bags is not None else len(images)
+        else:
+            default = len(images) // max(1, (min_size + max_size) // 2)
+            num_bags = self.num_eval_bags if self.num_eval_bags is not None else default
         return BagDataset(images, labels, num_bags, min_size, max_size, self.label_rule,
                           seed=self.seed * 1000 + seed_offset, resample=resample)
 
