@@ -3,6 +3,7 @@
 from omegaconf import OmegaConf
 
 from attnexp.runs import hydra_subdir, new_run_name, resolve_run_dir
+from attnexp.sweeps import sweep_subdir
 
 
 def register_resolvers() -> None:
@@ -10,6 +11,9 @@ def register_resolvers() -> None:
         "attnexp.run_name": lambda: new_run_name(),
         "attnexp.run_dir": lambda resume, root, overrides: resolve_run_dir(resume, root, list(overrides)),
         "attnexp.hydra_subdir": hydra_subdir,
+        "attnexp.sweep_subdir": lambda num, sweep_dir, overrides, fallback: sweep_subdir(
+            num, sweep_dir, list(overrides), fallback
+        ),
     }
     for name, fn in resolvers.items():
         if not OmegaConf.has_resolver(name):
