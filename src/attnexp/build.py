@@ -2,6 +2,7 @@
 
 import inspect
 import logging
+from pathlib import Path
 
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig
@@ -29,6 +30,17 @@ def check_config(cfg: DictConfig, choices: dict[str, str | None]) -> None:
         )
 
 
+def check_data_dir(data_dir: str, overrides: list[str]) -> None:
+    """A data dir given on the command line must exist; the default one may be missing (the
+    DataModules then fall back to the hub or the embedded sample, with a WARNING)."""
+    given = any(o.lstrip("+~").split("=", 1)[0] == "paths.data_dir" for o in overrides)
+    if given and not Path(data_dir).expanduser().is_dir():
+        raise ConfigError(
+            f"paths.data_dir={data_dir} does not exist (give a folder holding mnist/, imdb/, "
+            f"lcqmc/, or drop paths.data_dir= to use the default data/ or the embedded samples)"
+        )
+
+
 def build_model(model_cfg: DictConfig, datamodule: AttnDataModule):
     """Instantiate the model with the runtime sizes it asks for (num_classes, vocab_size, ...)."""
     target = get_class(model_cfg._target_)
@@ -38,10 +50,16 @@ def build_model(model_cfg: DictConfig, datamodule: AttnDataModule):
     return instantiate(model_cfg, **runtime)
 
 
-def build(cfg: DictConfig, choices: dict[str, str | None]):
-    """Returns (datamodule, task); the DataModule is set up for fit."""
+def build(cfg: DictConfig, choices: dict[str, str | None], artifacts_dir: str | None = None):
+    """Returns (datamodule, task); the DataModule is set up for fit.
+
+    artifacts_dir: a finished run's dir whose saved artifacts (e.g. its tokenizer) the DataModule
+        reuses instead of rebuilding them (evaluate, predict).
+    """
     check_config(cfg, choices)
     datamodule: AttnDataModule = instantiate(cfg.data)
+    if artifacts_dir is not None:
+        datamodule.load_artifacts(str(artifacts_dir))
     datamodule.prepare_data()
     datamodule.setup("fit")
     model = build_model(cfg.model, datamodule)

@@ -17,7 +17,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.loggers import TensorBoardLogger
 
-from attnexp.build import build
+from attnexp.build import build, check_data_dir
 from attnexp.config import register_resolvers
 from attnexp.runs import LAST_CKPT, RunRecord
 from attnexp.tasks.callbacks import EpochHistory
@@ -46,6 +46,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     if cfg.seed is not None:
         pl.seed_everything(cfg.seed, workers=True)
     choices = dict(HydraConfig.get().runtime.choices)
+    check_data_dir(cfg.paths.data_dir, list(HydraConfig.get().overrides.task))
     datamodule, task = build(cfg, choices)
     record.update(data_source=datamodule.source, choices={k: v for k, v in choices.items() if not k.startswith("hydra")},
                   num_params=sum(p.numel() for p in task.model.parameters()))

@@ -42,6 +42,9 @@ class AttnDataModule(pl.LightningDataModule):
     def save_artifacts(self, run_dir: str) -> None:
         """Write what evaluate/predict need besides the checkpoint (e.g. a tokenizer)."""
 
+    def load_artifacts(self, run_dir: str) -> None:
+        """Read back what `save_artifacts` wrote (called before setup by evaluate/predict)."""
+
     def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor] | None:
         """A fixed batch whose attention is drawn every validation epoch (None: no figure)."""
         return None

@@ -1,0 +1,132 @@
+"""Load a finished run back: its composed config, its Hydra choices, its checkpoints.
+
+Shared by `attnexp.evaluate` and `attnexp.predict`. A run dir (see `attnexp.runs`) holds
+`.hydra/config.yaml` (the composed config, interpolations unresolved), `.hydra/hydra.yaml` (which
+group options were chosen) and `checkpoints/*.ckpt`.
+
+    cfg, choices, run_dir = load_run(ckpt_path, overrides=["paths.data_dir=/data"])
+    datamodule, task = build(cfg, choices, artifacts_dir=run_dir)
+    load_weights(task, ckpt_path)
+"""
+
+import json
+import logging
+import pickle
+from pathlib import Path
+
+import torch
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from attnexp.errors import ConfigError
+from attnexp.runs import LAST_CKPT, METRICS_FILE
+
+log = logging.getLogger(__name__)
+
+CONFIG_FILE = Path(".hydra") / "config.yaml"
+HYDRA_FILE = Path(".hydra") / "hydra.yaml"
+
+
+def find_checkpoint(path: str | Path) -> Path:
+    """A checkpoint file, or a run dir -> its best checkpoint (from metrics.json), else last.ckpt."""
+    path = Path(path).expanduser()
+    if path.is_file():
+        return path.resolve()
+    if not path.is_dir():
+        raise ConfigError(f"ckpt_path={path} does not exist (give a .ckpt file or a run dir)")
+    record = path / METRICS_FILE
+    best = json.loads(record.read_text()).get("best_ckpt") if record.is_file() else None
+    for candidate in [path / best] if best else []:
+        if candidate.is_file():
+            return candidate.resolve()
+    if (path / LAST_CKPT).is_file():
+        log.warning("%s: no best checkpoint recorded; using %s", path, LAST_CKPT)
+        return (path / LAST_CKPT).resolve()
+    raise ConfigError(
+        f"ckpt_path={path}: no checkpoint in {path / 'checkpoints'} (give a .ckpt file)"
+    )
+
+
+def run_dir_of(ckpt: str | Path) -> Path:
+    """<run_dir>/checkpoints/<name>.ckpt -> <run_dir>, checked to hold the run's config."""
+    ckpt = Path(ckpt).resolve()
+    for parent in ckpt.parents:
+        if (parent / CONFIG_FILE).is_file():
+            return parent
+    raise ConfigError(
+        f"ckpt_path={ckpt}: no run config ({CONFIG_FILE}) next to it or above it; the checkpoint "
+        f"must stay inside the run dir that `python -m attnexp` wrote"
+    )
+
+
+def apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
+    """key=value overrides of existing keys (a typo is an error, not a new key); `+key=value` adds."""
+    for line in overrides:
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ConfigError(f"override '{line}' is not key=value")
+        add = key.startswith("+")
+        key = key.lstrip("+")
+        parent_key, _, leaf = key.rpartition(".")
+        parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+        if not isinstance(parent, DictConfig) or (leaf not in parent and not add):
+            choices = (
+                ", ".join(sorted(str(k) for k in parent)) if isinstance(parent, DictConfig) else ""
+            )
+            raise ConfigError(
+                f"override {line}: the run config has no key '{key}'"
+                + (f" (keys under '{parent_key or '<root>'}': {choices})" if choices else "")
+                + " (use +key=value to add one)"
+            )
+        with_flag = OmegaConf.is_struct(cfg)
+        OmegaConf.set_struct(cfg, False)
+        OmegaConf.update(cfg, key, yaml.safe_load(value) if value else None, merge=False)
+        OmegaConf.set_struct(cfg, with_flag)
+    return cfg
+
+
+def load_run_config(
+    run_dir: str | Path, overrides: list[str] = (), output_dir: str | Path | None = None
+) -> DictConfig:
+    """The run's composed config with `overrides` applied.
+
+    `paths.output_dir` (saved as `${hydra:runtime.output_dir}`) is pointed at `output_dir`, so
+    nothing written later lands in the original run dir; by default the run dir itself.
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise ConfigError(f"{run_dir} is not a run dir: {CONFIG_FILE} is missing")
+    cfg = OmegaConf.load(run_dir / CONFIG_FILE)
+    OmegaConf.update(cfg, "paths.output_dir", str(output_dir or run_dir), force_add=True)
+    cfg = apply_overrides(cfg, list(overrides))
+    OmegaConf.set_struct(cfg, True)
+    return cfg
+
+
+def load_choices(run_dir: str | Path) -> dict[str, str | None]:
+    """The group options the run was composed from ({"model": "bag_attn", "scorer": "dot", ...})."""
+    path = Path(run_dir) / HYDRA_FILE
+    if not path.is_file():
+        return {}
+    hydra_cfg = yaml.safe_load(path.read_text()) or {}
+    choices = hydra_cfg.get("hydra", {}).get("runtime", {}).get("choices", {}) or {}
+    return {k: v for k, v in choices.items() if not k.startswith("hydra")}
+
+
+def load_run(
+    ckpt_path: str | Path, overrides: list[str] = (), output_dir: str | Path | None = None
+) -> tuple[DictConfig, dict[str, str | None], Path, Path]:
+    """ckpt file or run dir -> (config, choices, run dir, checkpoint file)."""
+    ckpt = find_checkpoint(ckpt_path)
+    run_dir = run_dir_of(ckpt)
+    cfg = load_run_config(run_dir, overrides, output_dir)
+    return cfg, load_choices(run_dir), run_dir, ckpt
+
+
+def load_weights(task: torch.nn.Module, ckpt: str | Path) -> None:
+    """Load a Lightning checkpoint's weights into a built task (strict: the shapes must match)."""
+    try:
+        state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
+    except (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as err:
+        raise ConfigError(f"{ckpt} is not a readable Lightning checkpoint ({err})") from err
+    task.load_state_dict(state)

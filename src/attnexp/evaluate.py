@@ -1,0 +1,110 @@
+"""`python -m attnexp.evaluate ckpt_path=...`: test a trained checkpoint again, in a new eval dir.
+
+Data, model and task are rebuilt from the run's own `.hydra/config.yaml` (plus `paths.data_dir=`
+and `overrides=[...]`), the checkpoint is tested, and `<eval dir>/metrics.json` records the
+metrics next to those the run itself reported.
+"""
+
+import json
+import logging
+import re
+from pathlib import Path
+
+import hydra
+import pytorch_lightning as pl
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from attnexp.build import build, check_data_dir
+from attnexp.checkpoints import load_run
+from attnexp.config import register_resolvers
+from attnexp.errors import ConfigError
+from attnexp.runs import METRICS_FILE, RunRecord
+from attnexp.train import device_name, scalar_metrics
+
+log = logging.getLogger(__name__)
+register_resolvers()
+
+
+def run_overrides(cfg: DictConfig, cli_overrides: list[str]) -> list[str]:
+    """Overrides for the run's config: an explicit paths.data_dir=, then `overrides=[...]`."""
+    extra = []
+    if any(o.lstrip("+~").split("=", 1)[0] == "paths.data_dir" for o in cli_overrides):
+        check_data_dir(cfg.paths.data_dir, cli_overrides)
+        extra.append(f"paths.data_dir={cfg.paths.data_dir}")
+    return extra + [str(o) for o in cfg.overrides]
+
+
+def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
+    run_cfg, choices, run_dir, ckpt = load_run(
+        cfg.ckpt_path, run_overrides(cfg, cli_overrides), out_dir
+    )
+    if out_dir.resolve() == run_dir.resolve():
+        raise ConfigError(
+            f"hydra.run.dir={out_dir} is the run dir itself; evaluate writes its own dir"
+        )
+    record = RunRecord(
+        out_dir,
+        seed=run_cfg.get("seed"),
+        overrides=cli_overrides,
+        extra={"kind": "evaluate", "run_dir": str(run_dir), "ckpt": str(ckpt)},
+    )
+    record.start()
+    try:
+        seed = cfg.seed if cfg.seed is not None else run_cfg.get("seed")
+        if seed is not None:
+            pl.seed_everything(seed, workers=True)
+        datamodule, task = build(run_cfg, choices, artifacts_dir=str(run_dir))
+        record.update(data_source=datamodule.source, choices=choices)
+        if datamodule.source == "sample":
+            record.warn("data: evaluated on the embedded sample, not the full dataset")
+        trainer = pl.Trainer(
+            accelerator=cfg.trainer.accelerator,
+            devices=cfg.trainer.devices,
+            precision=cfg.trainer.precision or run_cfg.trainer.precision,
+            limit_test_batches=cfg.trainer.limit_test_batches,
+            enable_progress_bar=cfg.trainer.enable_progress_bar,
+            logger=False,
+            enable_checkpointing=False,
+            default_root_dir=str(out_dir),
+        )
+        record.update(device=device_name(trainer))
+        trainer.test(task, datamodule=datamodule, ckpt_path=str(ckpt))
+        metrics = scalar_metrics(trainer.callback_metrics)
+    except BaseException as err:
+        record.fail(err)
+        raise
+    run_record = run_dir / METRICS_FILE
+    if run_record.is_file():
+        record.update(run_metrics=json.loads(run_record.read_text()).get("metrics", {}))
+    record.complete(metrics)
+    return record.data
+
+
+def summary(data: dict, out_dir: Path) -> str:
+    lines = [
+        f"checkpoint: {data['ckpt']}",
+        f"eval dir:   {out_dir}",
+        f"  {'metric':<24} {'eval':>8} {'run':>8}",
+    ]
+    natural = sorted(
+        data["metrics"], key=lambda k: [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", k)]
+    )
+    for key in natural:
+        value = data["metrics"][key]
+        if key.startswith("test/acc"):
+            before = data.get("run_metrics", {}).get(key)
+            lines.append(f"  {key:<24} {value:8.4f} {'' if before is None else f'{before:8.4f}'}")
+    return "\n".join(lines)
+
+
+@hydra.main(version_base="1.3", config_path="pkg://attnexp.conf", config_name="evaluate")
+def main(cfg: DictConfig) -> None:
+    hydra_cfg = HydraConfig.get()
+    out_dir = Path(hydra_cfg.runtime.output_dir)
+    data = evaluate(cfg, out_dir, list(hydra_cfg.overrides.task))
+    print(summary(data, out_dir))
+
+
+if __name__ == "__main__":
+    main()
