@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The LCQMC rows of docs/RESULTS.md, one run at a time (reduced protocol: no official train file here).
+# Usage: DATA=/path/holding/lcqmc bash bench/run_lcqmc_results.sh
+# OMP_NUM_THREADS=1: on 2 cores shared with other jobs, 1 thread ran ~10x faster than 2 (measured).
+set -u
+DATA=${DATA:-/work/shared/data}
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+COMMON="data.train_split=dev paths.data_dir=$DATA trainer=cpu trainer.enable_progress_bar=false"
+run() { echo "=== $(date +%T) $*"; .venv/bin/python -m attnexp "$@" $COMMON 2>&1 | grep -E "run dir|test/acc|val/acc|Error|error" ; }
+run experiment=nndl_lcqmc_tuned
+run experiment=nndl_lcqmc
+run experiment=nndl_lcqmc_tuned model.impl=torch
+run experiment=nndl_lcqmc_tuned model.norm=post
+run experiment=nndl_lcqmc_tuned model.depth=1
+run experiment=nndl_lcqmc_tuned model.depth=4
+echo "=== $(date +%T) done"

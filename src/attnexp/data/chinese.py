@@ -1,0 +1,110 @@
+"""Character-level tokenization for Chinese sentence pairs (HF `tokenizers`, WordLevel).
+
+Each CJK character is one token; runs of ASCII letters/digits stay whole ("iphone6" is one token);
+any other non-space character (punctuation, emoji) is one token. Text is NFKC-normalised (full-width
+"？" -> "?", full-width digits -> ASCII) and lower-cased. A pair is encoded as
+`[CLS] a [SEP] b [SEP]` with segment ids 0 for `[CLS] a [SEP]` and 1 for `b [SEP]`, truncated
+longest-first to `max_seq_len` tokens.
+"""
+
+import logging
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+
+from attnexp.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+PAD, UNK, CLS, SEP = "[PAD]", "[UNK]", "[CLS]", "[SEP]"
+SPECIAL_TOKENS = (PAD, UNK, CLS, SEP)
+# CJK unified ideographs (+ extension A, compatibility), then ASCII words/numbers, then any other char.
+TOKEN_PATTERN = r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]|[A-Za-z0-9]+|\S"
+
+
+def _base_tokenizer(vocab: dict[str, int]) -> Tokenizer:
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
+    tokenizer.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(TOKEN_PATTERN), behavior="isolated")]
+    )
+    return tokenizer
+
+
+class PairTokenizer:
+    """Wraps a `tokenizers.Tokenizer` with the pair template; build it from texts or a vocab.txt."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        missing = [t for t in SPECIAL_TOKENS if tokenizer.token_to_id(t) is None]
+        if missing:
+            raise ConfigError(f"vocabulary lacks the special tokens {missing} (a vocab needs {list(SPECIAL_TOKENS)})")
+        self.tokenizer = tokenizer
+        cls_id, sep_id = tokenizer.token_to_id(CLS), tokenizer.token_to_id(SEP)
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single=f"{CLS}:0 $A:0 {SEP}:0",
+            pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
+            special_tokens=[(CLS, cls_id), (SEP, sep_id)],
+        )
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+
+    @classmethod
+    def from_texts(cls, texts: Iterable[str], min_frequency: int = 1, max_vocab: int | None = None) -> "PairTokenizer":
+        """Vocabulary of the tokens in `texts` (specials first: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3)."""
+        tokenizer = _base_tokenizer({UNK: 0})
+        trainer = trainers.WordLevelTrainer(
+            vocab_size=max_vocab or 10_000_000, min_frequency=min_frequency,
+            special_tokens=list(SPECIAL_TOKENS), show_progress=False,
+        )
+        tokenizer.train_from_iterator(texts, trainer=trainer)
+        return cls(tokenizer)
+
+    @classmethod
+    def from_vocab_file(cls, path: str | Path) -> "PairTokenizer":
+        """A BERT-style vocab.txt (one token per line, id = line number)."""
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"vocab file {path} does not exist (set data.vocab_file=... or null to build one)")
+        vocab: dict[str, int] = {}
+        for token in path.read_text(encoding="utf-8").splitlines():
+            vocab.setdefault(token.strip(), len(vocab))
+        return cls(_base_tokenizer(vocab))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "PairTokenizer":
+        return cls(Tokenizer.from_file(str(path)))
+
+    def save(self, path: str | Path) -> None:
+        self.tokenizer.save(str(path))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.token_to_id(PAD)
+
+    def fingerprint(self) -> str:
+        """Identifies the vocabulary and rules (for the encoding cache key)."""
+        return self.tokenizer.to_str()
+
+    def tokenize(self, text: str) -> list[str]:
+        return self.tokenizer.encode(text, add_special_tokens=False).tokens
+
+    def encode_pairs(
+        self, texts_a: Sequence[str], texts_b: Sequence[str], max_seq_len: int
+    ) -> tuple[list[list[int]], list[list[int]]]:
+        """-> (token ids, segment ids) per pair, each at most max_seq_len long (>= 3: [CLS] [SEP] [SEP])."""
+        if max_seq_len < 3:
+            raise ConfigError(f"data.max_seq_len={max_seq_len} leaves no room for [CLS] a [SEP] b [SEP] (set >= 3)")
+        self.tokenizer.enable_truncation(max_seq_len, strategy="longest_first")
+        try:
+            encodings = self.tokenizer.encode_batch(list(zip(texts_a, texts_b, strict=True)))
+        finally:
+            self.tokenizer.no_truncation()
+        return [e.ids for e in encodings], [e.type_ids for e in encodings]
+
+    def ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
+        return [self.tokenizer.id_to_token(int(i)) or UNK for i in ids]

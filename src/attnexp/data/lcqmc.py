@@ -1,0 +1,304 @@
+"""LCQMC (Liu et al. 2018): do two Chinese questions ask the same thing? Label 1 = same intent.
+
+Sources, tried in this order with `data.source=auto`:
+- local: `<data_dir>/lcqmc/{train,dev,test}.tsv` (or the original release's `.txt` names): three
+  tab-separated columns text_a, text_b, label (0/1), UTF-8, an optional header line.
+- hub (online only): the public parquet copy `C-MTEB/LCQMC`, splits train/validation/test with
+  columns sentence1 -> text_a, sentence2 -> text_b, score -> label.
+There is no embedded sample: LCQMC is research-only and is not shipped with the package.
+
+`train_split=train` is the standard protocol (train / dev / test). `train_split=dev` is the
+reduced protocol for machines without the training file: train on (1 - val_fraction) of dev,
+validate on the rest (split with the fixed `split_seed`), test on the official test set.
+"""
+
+import hashlib
+import logging
+from pathlib import Path
+
+import torch
+from matplotlib.figure import Figure
+from torch.utils.data import DataLoader, Dataset
+
+from attnexp.data.base import AttnDataModule
+from attnexp.data.batching import BucketBatchSampler, pad_sequences
+from attnexp.data.chinese import PairTokenizer
+from attnexp.data.sources import hub_offline, resolve
+from attnexp.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+HUB_NAME = "C-MTEB/LCQMC"
+HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
+HUB_COLUMNS = ("sentence1", "sentence2", "score")
+TRAIN_SPLITS = ("train", "dev")
+TOKENIZER_FILE = "tokenizer.json"
+LABEL_NAMES = ("not similar", "similar")
+Pairs = tuple[list[str], list[str], list[int]]  # texts_a, texts_b, labels
+
+
+def split_file(folder: Path, split: str) -> Path | None:
+    for suffix in (".tsv", ".txt"):
+        if (folder / f"{split}{suffix}").is_file():
+            return folder / f"{split}{suffix}"
+    return None
+
+
+def read_pairs(path: Path) -> Pairs:
+    """Read a text_a<TAB>text_b<TAB>label file; malformed lines raise naming file and line."""
+    texts_a, texts_b, labels = [], [], []
+    with open(path, encoding="utf-8-sig") as handle:
+        for number, line in enumerate(handle, start=1):
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            fields = line.split("\t")
+            if len(fields) != 3:
+                raise ConfigError(
+                    f"{path}:{number}: expected 3 tab-separated columns (text_a, text_b, label), "
+                    f"found {len(fields)}: {line[:80]!r}"
+                )
+            if fields[2].strip() not in ("0", "1"):
+                if number == 1 and fields[2].strip().lower() == "label":
+                    continue  # header line
+                raise ConfigError(f"{path}:{number}: label must be 0 or 1, found {fields[2][:20]!r}")
+            texts_a.append(fields[0])
+            texts_b.append(fields[1])
+            labels.append(int(fields[2]))
+    if not labels:
+        raise ConfigError(f"{path}: no sentence pairs in the file")
+    return texts_a, texts_b, labels
+
+
+class PairDataset(Dataset):
+    """Encoded pairs: token ids and segment ids per example, plus labels."""
+
+    def __init__(self, ids: list[torch.Tensor], segments: list[torch.Tensor], labels: torch.Tensor) -> None:
+        self.ids, self.segments, self.labels = ids, segments, labels
+        self.lengths = torch.tensor([len(s) for s in ids])
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, index: int) -> int:
+        return index  # the collate function gathers whole batches
+
+    def collate(self, indices: list[int], pad_id: int) -> dict[str, torch.Tensor]:
+        input_ids, mask = pad_sequences([self.ids[i] for i in indices], pad_id)  # (B, T)
+        segment_ids, _ = pad_sequences([self.segments[i] for i in indices], 0)  # (B, T)
+        return {"input_ids": input_ids, "segment_ids": segment_ids, "mask": mask, "labels": self.labels[indices]}
+
+
+class LCQMCDataModule(AttnDataModule):
+    """Args:
+        data_dir: folder holding `lcqmc/` with the split files.
+        source: auto | local | hub.
+        train_split: train (standard) | dev (reduced protocol, see the module docstring).
+        val_fraction / split_seed: the dev share held out for validation under train_split=dev.
+        max_seq_len: tokens per encoded pair, [CLS] and both [SEP] included (longest-first truncation).
+        batch_size / eval_batch_size: pairs per batch (length-bucketed).
+        vocab_file: a BERT-style vocab.txt; null builds the vocabulary from the training split.
+        min_frequency: a training token must occur this often to get its own id (else [UNK]).
+        cache_dir: where encoded splits are cached, keyed by a hash of vocabulary + data (null: off).
+        tokenizer_file: a saved tokenizer.json (set when rebuilding a trained run, e.g. by predict).
+    """
+
+    input_kind = "pairs"
+
+    def __init__(
+        self,
+        data_dir: str,
+        source: str = "auto",
+        train_split: str = "train",
+        val_fraction: float = 0.1,
+        split_seed: int = 0,
+        max_seq_len: int = 128,
+        batch_size: int = 32,
+        eval_batch_size: int = 256,
+        vocab_file: str | None = None,
+        min_frequency: int = 1,
+        cache_dir: str | None = None,
+        tokenizer_file: str | None = None,
+        seed: int = 0,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        if train_split not in TRAIN_SPLITS:
+            raise ConfigError(f"data.train_split '{train_split}' is not one of {', '.join(TRAIN_SPLITS)} (set data.train_split=...)")
+        if source == "sample":
+            raise ConfigError("data.source=sample: LCQMC has no embedded sample (research-only data); use auto, local or hub")
+        if not 0.0 < val_fraction < 1.0:
+            raise ConfigError(f"data.val_fraction={val_fraction} must be between 0 and 1 (exclusive)")
+        for key, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size), ("min_frequency", min_frequency)):
+            if value < 1:
+                raise ConfigError(f"data.{key}={value} must be >= 1 (set data.{key}=...)")
+        if max_seq_len < 3:
+            raise ConfigError(f"data.max_seq_len={max_seq_len} leaves no room for [CLS] a [SEP] b [SEP] (set >= 3)")
+        self.data_dir, self.source_request, self.train_split = Path(data_dir), source, train_split
+        self.val_fraction, self.split_seed, self.max_seq_len = val_fraction, split_seed, max_seq_len
+        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
+        self.vocab_file, self.min_frequency, self.tokenizer_file = vocab_file, min_frequency, tokenizer_file
+        self.cache_dir = Path(cache_dir) if cache_dir else None
+        self.seed, self.num_workers = seed, num_workers
+        self.tokenizer: PairTokenizer | None = None
+        self.datasets: dict[str, PairDataset] | None = None
+        self.texts: dict[str, Pairs] = {}
+
+    # ---------------------------------------------------------------- loading
+    def _needed_splits(self) -> tuple[str, ...]:
+        return ("train", "dev", "test") if self.train_split == "train" else ("dev", "test")
+
+    def _load_local(self, folder: Path) -> dict[str, Pairs]:
+        files = {split: split_file(folder, split) for split in self._needed_splits()}
+        missing = [s for s, f in files.items() if f is None]
+        if missing:
+            hint = " (or data.train_split=dev: train on 90% of dev, the reduced protocol)" if missing == ["train"] else ""
+            raise ConfigError(
+                f"lcqmc: no {' / '.join(f'{s}.tsv' for s in missing)} in {folder} (put the files there: "
+                f"text_a<TAB>text_b<TAB>label per line{hint})"
+            )
+        return {split: read_pairs(path) for split, path in files.items()}
+
+    def _load_hub(self) -> dict[str, Pairs]:
+        import datasets
+
+        data = {}
+        for split in self._needed_splits():
+            table = datasets.load_dataset(HUB_NAME, split=HUB_SPLITS[split])
+            a, b, label = HUB_COLUMNS
+            data[split] = (list(table[a]), list(table[b]), [int(x) for x in table[label]])
+        return data
+
+    def _load_raw(self) -> dict[str, Pairs]:
+        folder = self.data_dir / "lcqmc"
+        if self.source_request in ("auto", "local") and not folder.is_dir() and (self.source_request == "local" or hub_offline()):
+            raise ConfigError(
+                f"lcqmc: no data: {folder} does not exist and the HF hub is offline. Put "
+                f"{', '.join(f'{s}.tsv' for s in self._needed_splits())} (text_a<TAB>text_b<TAB>label) in "
+                f"{folder}, or set paths.data_dir=<folder holding lcqmc/>"
+            )
+        raw, self.source = resolve("lcqmc", self.source_request, folder, self._load_local, self._load_hub, None)
+        return raw
+
+    def _splits(self, raw: dict[str, Pairs]) -> dict[str, Pairs]:
+        if self.train_split == "train":
+            return {"train": raw["train"], "val": raw["dev"], "test": raw["test"]}
+        a, b, y = raw["dev"]
+        order = torch.randperm(len(y), generator=torch.Generator().manual_seed(self.split_seed)).tolist()
+        num_val = max(1, int(round(len(y) * self.val_fraction)))
+
+        def take(idx: list[int]) -> Pairs:
+            return [a[i] for i in idx], [b[i] for i in idx], [y[i] for i in idx]
+
+        return {"train": take(order[num_val:]), "val": take(order[:num_val]), "test": raw["test"]}
+
+    def _build_tokenizer(self, train: Pairs) -> PairTokenizer:
+        if self.tokenizer_file:
+            return PairTokenizer.load(self.tokenizer_file)
+        if self.vocab_file:
+            return PairTokenizer.from_vocab_file(self.vocab_file)
+        return PairTokenizer.from_texts(train[0] + train[1], min_frequency=self.min_frequency)
+
+    def _encode(self, name: str, pairs: Pairs) -> PairDataset:
+        """Encode a split once; with cache_dir, reuse an earlier encoding of the same vocab + data."""
+        cache = None
+        if self.cache_dir is not None:
+            key = hashlib.sha256()
+            for part in (self.tokenizer.fingerprint(), str(self.max_seq_len), *pairs[0], *pairs[1]):
+                key.update(part.encode("utf-8") + b"\0")
+            cache = self.cache_dir / f"lcqmc_{name}_{key.hexdigest()[:16]}.pt"
+            if cache.is_file():
+                stored = torch.load(cache)
+                log.info("lcqmc %s: encodings from cache %s", name, cache)
+                return PairDataset(list(stored["ids"]), list(stored["segments"]), torch.tensor(pairs[2]))
+        ids, segments = self.tokenizer.encode_pairs(pairs[0], pairs[1], self.max_seq_len)
+        ids = [torch.tensor(s, dtype=torch.long) for s in ids]
+        segments = [torch.tensor(s, dtype=torch.long) for s in segments]
+        if cache is not None:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            torch.save({"ids": ids, "segments": segments}, cache)
+        return PairDataset(ids, segments, torch.tensor(pairs[2]))
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets is not None:
+            return
+        self.texts = self._splits(self._load_raw())
+        self.tokenizer = self._build_tokenizer(self.texts["train"])
+        self.datasets = {name: self._encode(name, pairs) for name, pairs in self.texts.items()}
+        counts = {name: len(d) for name, d in self.datasets.items()}
+        truncated = {name: int((d.lengths >= self.max_seq_len).sum()) for name, d in self.datasets.items()}
+        log.info("LCQMC (%s, train_split=%s): %s pairs, vocab %d, at max_seq_len=%d: %s",
+                 self.source, self.train_split, counts, self.tokenizer.vocab_size, self.max_seq_len, truncated)
+
+    def ensure_tokenizer(self) -> PairTokenizer:
+        """The tokenizer without reading the data, when a saved one is given (predict)."""
+        if self.tokenizer is None:
+            if not (self.tokenizer_file or self.vocab_file):
+                self.setup()
+            else:
+                self.tokenizer = self._build_tokenizer(([], [], []))
+        return self.tokenizer
+
+    @property
+    def model_kwargs(self) -> dict:
+        tokenizer = self.ensure_tokenizer()
+        return {"num_classes": 2, "vocab_size": tokenizer.vocab_size, "pad_id": tokenizer.pad_id,
+                "max_seq_len": self.max_seq_len}
+
+    def save_artifacts(self, run_dir: str) -> None:
+        """The tokenizer, so evaluate/predict encode text exactly as in training."""
+        self.ensure_tokenizer().save(Path(run_dir) / TOKENIZER_FILE)
+
+    # ---------------------------------------------------------------- loaders
+    def _loader(self, split: str, train: bool) -> DataLoader:
+        dataset = self.datasets[split]
+        sampler = BucketBatchSampler(dataset.lengths, self.batch_size if train else self.eval_batch_size,
+                                     shuffle=train, seed=self.seed)
+        pad_id = self.tokenizer.pad_id
+        return DataLoader(dataset, batch_sampler=sampler, num_workers=self.num_workers,
+                          collate_fn=lambda idx: dataset.collate(idx, pad_id),
+                          persistent_workers=self.num_workers > 0)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", False)
+
+    # ---------------------------------------------------------------- attention and prediction
+    def encode_texts(self, texts_a: list[str], texts_b: list[str]) -> dict[str, torch.Tensor]:
+        """Raw pairs -> a model batch (no labels). Over-long pairs are truncated to max_seq_len."""
+        tokenizer = self.ensure_tokenizer()
+        ids, segments = tokenizer.encode_pairs(texts_a, texts_b, self.max_seq_len)
+        input_ids, mask = pad_sequences(ids, tokenizer.pad_id)
+        segment_ids, _ = pad_sequences(segments, 0)
+        return {"input_ids": input_ids, "segment_ids": segment_ids, "mask": mask}
+
+    def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor] | None:
+        """The shortest validation pairs of each label (readable heatmaps), fixed across epochs."""
+        if self.datasets is None:
+            return None
+        dataset = self.datasets["val"]
+        order = torch.argsort(dataset.lengths, stable=True).tolist()
+        picked = [i for i in order if dataset.lengths[i] >= 8]
+        by_label = [[i for i in picked if int(dataset.labels[i]) == y][: max(1, num_examples // 2)] for y in (1, 0)]
+        indices = [i for group in zip(*by_label, strict=False) for i in group][:num_examples] or order[:num_examples]
+        return dataset.collate(indices, self.tokenizer.pad_id)
+
+    def attention_figure(self, batch: dict, logits: torch.Tensor, attention, max_figures: int = 2) -> dict[str, Figure]:
+        """One layers x heads heatmap grid per example, for the first `max_figures` examples."""
+        from attnexp.viz.pairs import plot_pair_attention
+
+        probs = torch.softmax(logits.detach().float(), dim=-1)[:, 1].cpu()
+        figures = {}
+        for b in range(min(max_figures, len(batch["input_ids"]))):
+            length = int(batch["mask"][b].sum())
+            tokens = self.ensure_tokenizer().ids_to_tokens(batch["input_ids"][b, :length].tolist())
+            label = int(batch["labels"][b]) if "labels" in batch else None
+            title = f"p(similar)={float(probs[b]):.2f}" + (f", label={LABEL_NAMES[label]}" if label is not None else "")
+            maps = [layer[b, :, :length, :length] for layer in attention]
+            figures[f"attention/pair{b}"] = plot_pair_attention(tokens, maps, title)
+        return figures

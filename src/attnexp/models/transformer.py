@@ -1,0 +1,84 @@
+"""Transformer-encoder sentence-pair matcher (nndl 8.3-8.4): [CLS] a [SEP] b [SEP] -> same / different.
+
+Embeddings (token * sqrt(H) + segment + position, LayerNorm, dropout) -> `depth` encoder blocks ->
+the [CLS] vector -> dense + tanh (the "pooler") -> dropout -> classifier.
+Shapes: B pairs, T tokens, H hidden size, nh heads.
+"""
+
+import torch
+from torch import nn
+
+from attnexp.errors import ConfigError
+from attnexp.modules.embeddings import PairEmbeddings
+from attnexp.modules.transformer import TorchEncoderBlock, TransformerEncoderBlock
+
+IMPLS = ("custom", "torch")
+
+
+class TransformerMatcher(nn.Module):
+    """Args:
+        vocab_size, pad_id, max_seq_len, num_classes: from the DataModule.
+        hidden_size, depth, heads, ffn_size: encoder sizes.
+        dropout: embeddings, residuals, feed-forward and classifier; attention_dropout: attention weights.
+        position: sinusoidal | learned.
+        impl: custom (our blocks) | torch (`nn.TransformerEncoderLayer`).
+        norm: post | pre (pre-norm adds a final LayerNorm after the last block).
+        activation: relu | gelu (feed-forward).
+        fused_attention: custom blocks use `F.scaled_dot_product_attention` unless weights are asked for.
+    """
+
+    input_kind = "pairs"
+
+    def __init__(
+        self,
+        vocab_size: int,
+        num_classes: int = 2,
+        pad_id: int = 0,
+        max_seq_len: int = 512,
+        hidden_size: int = 256,
+        depth: int = 2,
+        heads: int = 4,
+        ffn_size: int = 1024,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.1,
+        position: str = "sinusoidal",
+        impl: str = "custom",
+        norm: str = "post",
+        activation: str = "relu",
+        fused_attention: bool = True,
+    ) -> None:
+        super().__init__()
+        if impl not in IMPLS:
+            raise ConfigError(f"impl '{impl}' is not one of {', '.join(IMPLS)} (set model.impl=...)")
+        for key, value in (("depth", depth), ("hidden_size", hidden_size), ("ffn_size", ffn_size), ("heads", heads)):
+            if value < 1:
+                raise ConfigError(f"model.{key}={value} must be >= 1 (set model.{key}=...)")
+        self.embeddings = PairEmbeddings(vocab_size, hidden_size, max_seq_len, position, 2, dropout, pad_id)
+        block_args = dict(embed_dim=hidden_size, num_heads=heads, ffn_dim=ffn_size, dropout=dropout,
+                          attention_dropout=attention_dropout, activation=activation, norm=norm)
+        if impl == "custom":
+            blocks = [TransformerEncoderBlock(**block_args, fused_attention=fused_attention) for _ in range(depth)]
+        else:
+            blocks = [TorchEncoderBlock(**block_args) for _ in range(depth)]
+        self.blocks = nn.ModuleList(blocks)
+        self.final_norm = nn.LayerNorm(hidden_size) if norm == "pre" else nn.Identity()
+        self.pooler = nn.Sequential(nn.Linear(hidden_size, hidden_size), nn.Tanh())
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(hidden_size, num_classes)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        segment_ids: torch.Tensor,
+        mask: torch.Tensor,
+        return_attention: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
+        """input_ids, segment_ids, mask (B, T) -> logits (B, C) [, attention: depth x (B, nh, T, T)]."""
+        x = self.embeddings(input_ids, segment_ids)  # (B, T, H)
+        attention = []
+        for block in self.blocks:
+            x, weights = block(x, mask, need_weights=return_attention)
+            attention.append(weights)
+        cls = self.final_norm(x)[:, 0]  # (B, H): the [CLS] position
+        logits = self.classifier(self.dropout(self.pooler(cls)))  # (B, C)
+        return (logits, attention) if return_attention else logits
