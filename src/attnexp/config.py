@@ -11,8 +11,8 @@ def register_resolvers() -> None:
         "attnexp.run_name": lambda: new_run_name(),
         "attnexp.run_dir": lambda resume, root, overrides: resolve_run_dir(resume, root, list(overrides)),
         "attnexp.hydra_subdir": hydra_subdir,
-        "attnexp.sweep_subdir": lambda num, sweep_dir, overrides, fallback: sweep_subdir(
-            num, sweep_dir, list(overrides), fallback
+        "attnexp.sweep_subdir": lambda num, sweep_dir, overrides, fallback, params=None: sweep_subdir(
+            num, sweep_dir, list(overrides), fallback, params
         ),
     }
     for name, fn in resolvers.items():

@@ -7,12 +7,16 @@ expressions) before it launches any job, so a job can tell which of its override
 """
 
 import hashlib
+import json
 import logging
 import re
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import OmegaConf
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from attnexp.runs import METRICS_FILE
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +45,12 @@ def _short(line: str) -> str:
     return f"{key}={value}".replace("/", "_")
 
 
-def sweep_subdir(num: int, sweep_dir: str, overrides: list[str], fallback: str) -> str:
-    """`<job num>_<swept overrides>`, e.g. `3_bag=dot,seed=1`; `fallback` if none are known."""
-    keys = swept_keys(sweep_dir)
+def sweep_subdir(num: int, sweep_dir: str, overrides: list[str], fallback: str, params=None) -> str:
+    """`<job num>_<swept overrides>`, e.g. `3_bag=dot,seed=1`; `fallback` if none are known.
+
+    `params`: the job's `hydra.sweeper.params` (sweepers such as Optuna write no multirun.yaml).
+    """
+    keys = (swept_keys(sweep_dir) or set()) | {str(k).lstrip("+~") for k in (params or {})}
     parser = OverridesParser.create()
     varied = [o.input_line for o in parser.parse_overrides(list(overrides)) if keys and o.key_or_group in keys]
     name = ",".join(_short(line) for line in varied) if varied else fallback
@@ -52,3 +59,24 @@ def sweep_subdir(num: int, sweep_dir: str, overrides: list[str], fallback: str) 
         digest = hashlib.sha1(name.encode()).hexdigest()[:8]
         name = f"{name[: MAX_NAME - 9]}_{digest}"
     return f"{num}_{name}" if name else str(num)
+
+
+class FailedJobs(Callback):
+    """Hydra callback: after a sweep, count its jobs whose metrics.json is not `completed`.
+
+    Jobs may run in other processes (joblib workers, SLURM tasks), so the main process cannot
+    see their exceptions; their records on disk are the truth. A job still `running` once the
+    sweep has ended was killed (timeout, OOM), so it counts as failed too.
+    """
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        from attnexp.train import FAILED_JOBS
+
+        sweep_dir = Path(config.hydra.sweep.dir)
+        for path in sorted(sweep_dir.glob(f"*/{METRICS_FILE}")):
+            try:
+                status = json.loads(path.read_text()).get("status")
+            except (OSError, json.JSONDecodeError) as err:
+                status = f"unreadable ({err})"
+            if status != "completed" and str(path.parent) not in FAILED_JOBS:
+                FAILED_JOBS.append(str(path.parent))
