@@ -1,0 +1,282 @@
+"""`python -m attnexp.report <dir>`: compare the runs under a multirun dir (or any folder of runs).
+
+Writes into <dir>: `report.csv` (one row per run: its varied overrides, status, final metrics),
+`report.md` (the runs, and mean +- std over seeds for each variant) and PNG plots (validation
+accuracy per epoch for each variant; accuracy against bag size for bag runs). Reads only the
+runs' `metrics.json`, so it works on incomplete sweeps and on runs still going (their last
+epoch is shown and the status says `running`).
+"""
+
+import argparse
+import csv
+import json
+import logging
+import re
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from attnexp.runs import METRICS_FILE
+
+log = logging.getLogger(__name__)
+
+# Shown in the Markdown tables when present (the CSV has every metric).
+MAIN_METRICS = ("val/acc_best", "val/acc", "test/acc", "test/acc_variable", "test/f1")
+NOT_VARIANT = ("seed", "resume", "paths.", "hydra.", "trainer.enable_progress_bar")
+BAG_METRIC = re.compile(r"^test/acc_bag(\d+)$")
+
+
+@dataclass
+class Run:
+    """One run dir and what its metrics.json says."""
+
+    path: Path
+    name: str
+    status: str
+    seed: int | None
+    overrides: dict[str, str]
+    metrics: dict[str, float]
+    history: list[dict] = field(default_factory=list)
+    error: str = ""
+    duration_s: float | None = None
+    variant: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def variant_label(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.variant.items()) or "all runs"
+
+
+def _override_key(key: str) -> str:
+    return key.lstrip("+~").rsplit("/", 1)[-1]  # +experiment/bag -> bag
+
+
+def parse_overrides(lines: list[str]) -> dict[str, str]:
+    pairs = (line.partition("=") for line in lines)
+    return {_override_key(key): value for key, _, value in pairs}
+
+
+def load_run(path: Path, root: Path) -> Run:
+    """`path` is a metrics.json; a file that cannot be read gives a row with status `unreadable`."""
+    name = str(path.parent.relative_to(root)) if path.parent != root else path.parent.name
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        log.warning("cannot read %s: %s", path, err)
+        return Run(path.parent, name, "unreadable", None, {}, {}, error=str(err))
+    status = record.get("status", "unknown")
+    metrics = dict(record.get("metrics") or {})
+    history = list(record.get("history") or [])
+    if not metrics and history:  # running or failed: the last epoch it finished
+        metrics = {k: v for k, v in history[-1].items() if k not in ("epoch", "step")}
+    return Run(
+        path=path.parent,
+        name=name,
+        status=status,
+        seed=record.get("seed"),
+        overrides=parse_overrides(record.get("overrides") or []),
+        metrics={k: float(v) for k, v in metrics.items() if isinstance(v, int | float)},
+        history=history,
+        error=str(record.get("error") or ""),
+        duration_s=record.get("duration_s"),
+    )
+
+
+def find_runs(root: Path) -> list[Run]:
+    """Every run under `root` (a run dir is a folder holding metrics.json), in a stable order."""
+    paths = sorted(root.rglob(METRICS_FILE), key=lambda p: _natural_key(str(p.relative_to(root))))
+    runs = [load_run(p, root) for p in paths]
+    varied = varied_keys(runs)
+    for run in runs:
+        run.variant = {k: run.overrides.get(k, "-") for k in varied}
+    return runs
+
+
+def _natural_key(text: str) -> list:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
+def varied_keys(runs: list[Run]) -> list[str]:
+    """Override keys whose value differs between runs (seeds aside): what tells variants apart."""
+    keys = sorted({k for run in runs for k in run.overrides if not k.startswith(NOT_VARIANT)})
+    return [k for k in keys if len({run.overrides.get(k) for run in runs}) > 1]
+
+
+def metric_columns(runs: list[Run], main_only: bool) -> list[str]:
+    present = {k for run in runs for k in run.metrics}
+    main = [k for k in MAIN_METRICS if k in present]
+    if main_only and main:
+        return main
+    rest = sorted(present - set(main), key=_natural_key)
+    return main + rest
+
+
+def run_rows(runs: list[Run]) -> tuple[list[str], list[dict]]:
+    """The CSV: one row per run, every metric."""
+    varied = varied_keys(runs)
+    metrics = metric_columns(runs, main_only=False)
+    header = ["run", "status", "seed", *varied, "epochs", "duration_s", *metrics, "error"]
+    rows = []
+    for run in runs:
+        row = {"run": run.name, "status": run.status, "seed": run.seed, **run.variant,
+               "epochs": len(run.history), "duration_s": run.duration_s, "error": run.error}
+        row.update({k: run.metrics.get(k) for k in metrics})
+        rows.append(row)
+    return header, rows
+
+
+def group_variants(runs: list[Run]) -> dict[str, list[Run]]:
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(run.variant_label, []).append(run)
+    return groups
+
+
+def mean_std(values: list[float]) -> str:
+    if not values:
+        return ""
+    if len(values) == 1:
+        return f"{values[0]:.4f}"
+    return f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}"
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return ""
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def _status_cell(status: str) -> str:
+    return status if status == "completed" else f"**{status.upper()}**"
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def variants_markdown(runs: list[Run]) -> str:
+    """Mean +- std over the completed seeds of each variant; failed and running ones counted."""
+    varied = varied_keys(runs)
+    metrics = metric_columns(runs, main_only=True)
+    header = [*(varied or ["variant"]), "seeds", "completed", *metrics]
+    rows = []
+    for label, members in group_variants(runs).items():
+        done = [r for r in members if r.status == "completed"]
+        others = [r.status for r in members if r.status != "completed"]
+        completed = f"{len(done)}/{len(members)}" + (f" ({', '.join(others)})" if others else "")
+        seeds = ",".join(str(r.seed) for r in members)
+        keys = [members[0].variant.get(k, "-") for k in varied] if varied else [label]
+        cells = [mean_std([r.metrics[m] for r in done if m in r.metrics]) for m in metrics]
+        rows.append([*keys, seeds, completed, *cells])
+    return markdown_table(header, rows)
+
+
+def runs_markdown(runs: list[Run]) -> str:
+    varied = varied_keys(runs)
+    metrics = metric_columns(runs, main_only=True)
+    header = ["run", "status", "seed", *varied, "epochs", *metrics, "error"]
+    rows = []
+    for run in runs:
+        error = " ".join(run.error.split())[:200]
+        rows.append([run.name, _status_cell(run.status), _fmt(run.seed),
+                     *(run.variant.get(k, "-") for k in varied), str(len(run.history)),
+                     *(_fmt(run.metrics.get(m)) for m in metrics), error])
+    return markdown_table(header, rows)
+
+
+def bag_size_curves(runs: list[Run]) -> dict[str, dict[int, list[float]]]:
+    """variant -> bag size -> test accuracies of its completed runs (test/acc_bag{n})."""
+    curves: dict[str, dict[int, list[float]]] = {}
+    for run in runs:
+        if run.status != "completed":
+            continue
+        for key, value in run.metrics.items():
+            match = BAG_METRIC.match(key)
+            if match:
+                curves.setdefault(run.variant_label, {}).setdefault(int(match[1]), []).append(value)
+    return curves
+
+
+def val_curves(runs: list[Run], metric: str = "val/acc") -> dict[str, list[list[tuple[int, float]]]]:
+    """variant -> one (epoch, value) list per run (running runs too: their epochs so far)."""
+    curves: dict[str, list[list[tuple[int, float]]]] = {}
+    for run in runs:
+        points = [(int(h["epoch"]), float(h[metric])) for h in run.history if metric in h]
+        if points:
+            curves.setdefault(run.variant_label, []).append(points)
+    return curves
+
+
+def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
+    """Write report.csv, report.md and the plots; returns what was written."""
+    from attnexp.viz.report import plot_bag_sizes, plot_val_curves
+
+    root = Path(root)
+    out_dir = Path(out_dir) if out_dir is not None else root
+    runs = find_runs(root)
+    if not runs:
+        raise FileNotFoundError(f"no {METRICS_FILE} under {root} (give a multirun dir or a folder of run dirs)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+
+    header, rows = run_rows(runs)
+    written["csv"] = out_dir / "report.csv"
+    with written["csv"].open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=header)
+        writer.writeheader()
+        writer.writerows(rows)
+
+    val = val_curves(runs)
+    if val:
+        written["val_acc"] = plot_val_curves(val, out_dir / "val_acc.png")
+    bags = bag_size_curves(runs)
+    if bags:
+        written["bag_size"] = plot_bag_sizes(bags, out_dir / "acc_vs_bag_size.png")
+
+    by_status = {s: sum(r.status == s for r in runs) for s in sorted({r.status for r in runs})}
+    parts = [
+        f"# Report: {root}",
+        "",
+        f"{len(runs)} runs: " + ", ".join(f"{n} {s}" for s, n in by_status.items()) + ".",
+        "Metrics of runs not completed are from their last finished epoch.",
+        "",
+        "## Variants (mean ± std over seeds, completed runs only)",
+        "",
+        variants_markdown(runs),
+        "",
+        "## Runs",
+        "",
+        runs_markdown(runs),
+        "",
+    ]
+    for key, title in (("val_acc", "Validation accuracy per epoch"), ("bag_size", "Test accuracy against bag size")):
+        if key in written:
+            parts += [f"## {title}", "", f"![{title}]({written[key].name})", ""]
+    written["markdown"] = out_dir / "report.md"
+    written["markdown"].write_text("\n".join(parts))
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attnexp.report", description=__doc__.splitlines()[0])
+    parser.add_argument("dir", type=Path, help="a multirun dir, or any folder holding run dirs")
+    parser.add_argument("--out", type=Path, default=None, help="where to write (default: DIR)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if not args.dir.is_dir():
+        print(f"error: {args.dir} is not a directory", file=sys.stderr)
+        return 2
+    try:
+        written = write_report(args.dir, args.out)
+    except FileNotFoundError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(written["markdown"].read_text())
+    print("wrote:", *(str(p) for p in written.values()), sep="\n  ")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
