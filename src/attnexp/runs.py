@@ -120,6 +120,15 @@ class RunRecord:
         log.warning(message)
         self.data["warnings"].append(message)
 
+    def reload(self, *keys: str) -> None:
+        """Take `keys` from the file on disk: another process (a DDP worker) may have written them."""
+        try:
+            on_disk = json.loads(self.path.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            log.warning("cannot re-read %s: %s", self.path, err)
+            return
+        self.data.update({k: on_disk[k] for k in keys if k in on_disk})
+
     def save(self) -> None:
         self.data["duration_s"] = round(time.time() - self.started, 2)
         _write_json(self.path, self.data)

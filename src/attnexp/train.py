@@ -15,6 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import TensorBoardLogger
 
 from attnexp.build import build, check_data_dir
@@ -63,12 +64,13 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     if resume_ckpt is not None:
         log.info("resuming from %s", resume_ckpt)
     trainer.fit(task, datamodule=datamodule, ckpt_path=resume_ckpt)
+    record.reload("history")  # ddp_spawn: the epochs were recorded by the rank-0 worker process
     metrics = scalar_metrics(trainer.callback_metrics)
 
     checkpoint = trainer.checkpoint_callback
     best = checkpoint.best_model_path if checkpoint is not None else ""
     if best:
-        metrics[f"{checkpoint.monitor}_best"] = float(checkpoint.best_model_score)
+        metrics[f"{checkpoint.monitor}_best"] = best_score(checkpoint, best)
         record.update(best_ckpt=str(Path(best).relative_to(run_dir)) if Path(best).is_relative_to(run_dir) else best)
     else:
         record.warn("no best checkpoint (checkpointing off, e.g. fast_dev_run): testing the final weights")
@@ -80,6 +82,18 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     for tb_logger in [lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]:
         tb_logger.log_hyperparams(flatten_hparams(hparams), metrics=metrics)  # the HPARAMS tab
     return metrics
+
+
+def best_score(checkpoint: ModelCheckpoint, best_path: str) -> float:
+    """The monitored value of the best checkpoint. ddp_spawn hands the main process only the
+    best path, so then the score comes from the checkpoint's own callback state."""
+    if checkpoint.best_model_score is not None:
+        return float(checkpoint.best_model_score)
+    state = torch.load(best_path, map_location="cpu", weights_only=False)
+    for key, value in state.get("callbacks", {}).items():
+        if key.startswith("ModelCheckpoint") and value.get("best_model_score") is not None:
+            return float(value["best_model_score"])
+    raise RuntimeError(f"no best_model_score in {best_path}")
 
 
 def flatten_hparams(tree: dict, prefix: str = "") -> dict:

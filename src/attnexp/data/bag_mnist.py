@@ -130,7 +130,11 @@ class BagMNISTDataModule(AttnDataModule):
 
     def train_dataloader(self) -> DataLoader:
         min_size = self.min_bag_size if self.variable else self.bag_size
-        data = self._bags("train", min_size, self.bag_size, 0, resample=True)
+        # Training bags are drawn from the dataset's own generator, whatever positions the
+        # sampler hands out: under DDP each rank needs its own stream, or all ranks would train on
+        # the same bags. Rank 0 keeps the single-process stream (same seed, same numbers).
+        rank = self.trainer.global_rank if self.trainer is not None else 0
+        data = self._bags("train", min_size, self.bag_size, 0 if rank == 0 else 500 + rank, resample=True)
         return batched_loader(data, self.batch_size, True, self.num_workers)
 
     def val_dataloader(self) -> DataLoader:

@@ -58,6 +58,8 @@ class EpochHistory(pl.Callback):
         self.record = record
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.is_global_zero:  # DDP: one writer per run record
+            return
         # Runs after the epoch's validation, so val/* of this epoch are in callback_metrics.
         row = {"epoch": trainer.current_epoch, "step": trainer.global_step}
         row.update({k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1})

@@ -74,8 +74,10 @@ class ClassificationTask(pl.LightningModule):
         if dataloader_idx == 0:
             metrics = getattr(self, f"{stage}_metrics")
             metrics.update(logits, labels)
-            self.log(f"{stage}/loss", loss, on_step=stage == "train", on_epoch=True,
-                     prog_bar=True, batch_size=batch_size, add_dataloader_idx=False)
+            # sync_dist: under DDP the val/test loss is the mean over all ranks (accuracy and F1
+            # are torchmetrics and sync themselves); skipped in training to save a reduce per step.
+            self.log(f"{stage}/loss", loss, on_step=stage == "train", on_epoch=True, prog_bar=True,
+                     batch_size=batch_size, add_dataloader_idx=False, sync_dist=stage != "train")
             self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage != "train",
                           batch_size=batch_size, add_dataloader_idx=False)
         else:  # an extra test set: accuracy only, under its own name
