@@ -80,7 +80,11 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
 
     hparams = OmegaConf.to_container(cfg, resolve=True)
     for tb_logger in [lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]:
-        tb_logger.log_hyperparams(flatten_hparams(hparams), metrics=metrics)  # the HPARAMS tab
+        # The HPARAMS tab: each run's config with its final metrics. Lightning also writes these
+        # metrics as scalars at step 0, so they get their own tags (final/...) rather than adding a
+        # stray step-0 point to the per-epoch val/acc curve.
+        final = {f"final/{k}": v for k, v in metrics.items()}
+        tb_logger.log_hyperparams(flatten_hparams(hparams), metrics=final)
     return metrics
 
 

@@ -1,0 +1,31 @@
+"""Run `python -m attnexp ...` as a subprocess on tiny data (used by the sweep/DDP/TensorBoard tests)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+# One or two batches of 16 bags from the package's embedded MNIST sample: seconds per job.
+TINY = [
+    "data.source=sample",
+    "data.batch_size=16",
+    "data.eval_bag_sizes=[1,3]",
+    "data.eval_variable_max=2",
+    "model.hidden_size=16",
+    "trainer.max_epochs=1",
+    "trainer.limit_train_batches=2",
+    "trainer.limit_val_batches=1",
+    "trainer.limit_test_batches=1",
+    "trainer.enable_progress_bar=false",
+]
+
+
+def run_cli(tmp_path: Path, *args: str, module: str = "attnexp", timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "PYTHONWARNINGS": "ignore"}
+    (tmp_path / "data").mkdir(exist_ok=True)  # empty: data.source=sample serves the bags
+    flags = [a for a in args if a.startswith("-")]  # -m etc. before the overrides
+    overrides = [a for a in args if not a.startswith("-")]
+    cmd = [sys.executable, "-m", module, *flags, f"paths.log_dir={tmp_path}/outputs",
+           f"paths.data_dir={tmp_path}/data", *overrides]
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)

@@ -1,0 +1,104 @@
+"""attnexp.report on hand-written run records: no training, so it runs in well under a second."""
+
+import csv
+import json
+import statistics
+
+import pytest
+
+from attnexp import report
+
+
+def write_run(root, name, status="completed", seed=0, overrides=(), metrics=None, history=None, error=None):
+    run_dir = root / name
+    run_dir.mkdir(parents=True)
+    record = {"status": status, "seed": seed, "overrides": list(overrides), "metrics": metrics or {},
+              "history": history or [], "duration_s": 1.5}
+    if error:
+        record["error"] = error
+    (run_dir / "metrics.json").write_text(json.dumps(record))
+    return run_dir
+
+
+def bag_metrics(acc):
+    return {"val/acc": acc, "val/acc_best": acc, "test/acc": acc - 0.01,
+            "test/acc_bag1": acc + 0.02, "test/acc_bag3": acc - 0.01, "test/acc_bag6": acc - 0.05}
+
+
+def curve(*accs):
+    return [{"epoch": i, "step": 10 * (i + 1), "val/acc": a} for i, a in enumerate(accs)]
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    """2 scorers x 2 seeds completed, one failed job, one job still running, one half-written file."""
+    root = tmp_path / "sweep"
+    num = 0
+    for scorer, base in (("dot", 0.90), ("additive", 0.80)):
+        for seed in (0, 1):
+            acc = base + 0.02 * seed
+            write_run(root, f"{num}_scorer={scorer},seed={seed}", seed=seed,
+                      overrides=[f"scorer={scorer}", f"seed={seed}", "trainer.max_epochs=2"],
+                      metrics=bag_metrics(acc), history=curve(acc - 0.1, acc))
+            num += 1
+    write_run(root, "4_scorer=bilinear,seed=0", status="failed", overrides=["scorer=bilinear", "seed=0",
+              "trainer.max_epochs=2"], error="ValueError: boom\nmore lines")
+    write_run(root, "5_scorer=bilinear,seed=1", status="running", seed=1,
+              overrides=["scorer=bilinear", "seed=1", "trainer.max_epochs=2"], history=curve(0.5))
+    return root
+
+
+def test_report_rows_statuses_and_metrics(sweep):
+    written = report.write_report(sweep)
+    rows = list(csv.DictReader(written["csv"].open()))
+    assert [r["run"] for r in rows] == [f"{i}_scorer={s},seed={k}" for i, (s, k) in enumerate(
+        [("dot", 0), ("dot", 1), ("additive", 0), ("additive", 1), ("bilinear", 0), ("bilinear", 1)])]
+    assert [r["status"] for r in rows] == ["completed"] * 4 + ["failed", "running"]
+    # only what varies becomes a column; seeds get their own column
+    assert "scorer" in rows[0] and "trainer.max_epochs" not in rows[0]
+    for row in rows[:4]:
+        record = json.loads((sweep / row["run"] / "metrics.json").read_text())
+        for key, value in record["metrics"].items():
+            assert float(row[key]) == pytest.approx(value)
+    assert rows[4]["error"].startswith("ValueError: boom")
+    assert float(rows[5]["val/acc"]) == pytest.approx(0.5)  # a run in flight: its last epoch
+
+
+def test_markdown_mean_std_over_seeds_and_failed_marked(sweep):
+    text = report.write_report(sweep)["markdown"].read_text()
+    dot = [0.90, 0.92]
+    expected = f"{statistics.mean(dot):.4f} ± {statistics.stdev(dot):.4f}"
+    dot_line = next(line for line in text.splitlines() if line.startswith("| dot |"))
+    assert expected in dot_line and "| 0,1 | 2/2 |" in dot_line
+    assert "0/2 (failed, running)" in text
+    assert "**FAILED**" in text and "**RUNNING**" in text
+    assert "6 runs: 4 completed, 1 failed, 1 running." in text
+
+
+def test_plots_written(sweep):
+    written = report.write_report(sweep)
+    for key in ("val_acc", "bag_size"):
+        assert written[key].stat().st_size > 1000
+        assert written[key].read_bytes()[:4] == b"\x89PNG"
+    curves = report.bag_size_curves(report.find_runs(sweep))
+    assert sorted(curves["scorer=dot"]) == [1, 3, 6]
+    assert curves["scorer=dot"][1] == pytest.approx([0.92, 0.94])
+
+
+def test_unreadable_record_and_out_dir(sweep, tmp_path):
+    (sweep / "6_scorer=dot,seed=2").mkdir()
+    (sweep / "6_scorer=dot,seed=2" / "metrics.json").write_text('{"status": "runn')
+    written = report.write_report(sweep, tmp_path / "elsewhere")
+    rows = list(csv.DictReader(written["csv"].open()))
+    assert rows[-1]["status"] == "unreadable"
+    assert written["csv"].parent == tmp_path / "elsewhere"
+
+
+def test_single_run_dir_and_cli(tmp_path, capsys):
+    run_dir = write_run(tmp_path, "runs/only", metrics=bag_metrics(0.9), history=curve(0.8, 0.9))
+    assert report.main([str(run_dir)]) == 0
+    assert "| only | completed |" in capsys.readouterr().out
+    assert report.main([str(tmp_path / "empty_nonexistent")]) == 2
+    (tmp_path / "empty").mkdir()
+    assert report.main([str(tmp_path / "empty")]) == 2
+    assert "no metrics.json" in capsys.readouterr().err

@@ -1,0 +1,88 @@
+"""Sweeps: a failing job is recorded and the sweep goes on; readable job names; sweep configs compose."""
+
+import csv
+import importlib.util
+import json
+
+import pytest
+from cli_helpers import TINY, run_cli
+from hydra.utils import get_class
+from omegaconf import OmegaConf
+
+from attnexp import report
+from attnexp.sweeps import sweep_subdir, swept_keys
+
+
+def test_sweep_with_a_failing_job_then_report(tmp_path):
+    # data.variable=true with data.min_bag_size=5 > bag_size=3 is a ConfigError: job 3 fails.
+    result = run_cli(tmp_path, "-m", "data.variable=false,true", "data.min_bag_size=1,5", *TINY)
+    assert result.returncode == 1, result.stderr[-4000:]  # the exit status counts failed jobs
+    assert "1 job(s) failed" in result.stderr
+    (sweep_dir,) = (tmp_path / "outputs" / "multiruns").iterdir()
+    jobs = sorted(p.name for p in sweep_dir.iterdir() if p.is_dir())
+    assert [j.split("_", 1)[0] for j in jobs] == ["0", "1", "2", "3"]
+    assert all("trainer" not in j and "min_bag_size=" in j for j in jobs)  # only the swept keys
+
+    written = report.write_report(sweep_dir)
+    rows = list(csv.DictReader(written["csv"].open()))
+    assert len(rows) == 4
+    failed = [r for r in rows if r["status"] == "failed"]
+    assert len(failed) == 1 and failed[0]["run"].startswith("3_")
+    assert "min_bag_size" in failed[0]["error"]
+    for row in rows:
+        record = json.loads((sweep_dir / row["run"] / "metrics.json").read_text())
+        assert record["status"] == row["status"]
+        if row["status"] == "completed":
+            assert record["metrics"]["test/acc"] > 0
+            for key, value in record["metrics"].items():
+                assert float(row[key]) == pytest.approx(value, abs=0, rel=1e-12), key
+    assert "**FAILED**" in written["markdown"].read_text()
+
+
+def test_sweep_subdir_names_only_the_swept_overrides(tmp_path):
+    OmegaConf.save({"hydra": {"overrides": {"task": ["seed=0,1", "trainer.max_epochs=2", "model.hidden_size=8"]},
+                              "sweeper": {"params": {"+experiment/bag": "mlp,dot"}}}}, tmp_path / "multirun.yaml")
+    assert swept_keys(tmp_path) == {"seed", "experiment/bag"}
+    job = ["seed=1", "trainer.max_epochs=2", "model.hidden_size=8", "+experiment/bag=dot"]
+    assert sweep_subdir(3, str(tmp_path), job, "fallback") == "3_seed=1,bag=dot"
+    # no multirun.yaml (e.g. Optuna): the sweeper's params, else Hydra's override_dirname
+    assert sweep_subdir(0, str(tmp_path / "x"), job, "all,of=them", {"seed": "range(3)"}) == "0_seed=1"
+    assert sweep_subdir(0, str(tmp_path / "x"), job, "all,of=them") == "0_all,of=them"
+    long = sweep_subdir(0, str(tmp_path), ["seed=" + "9" * 400], "")
+    assert len(long) < 200
+
+
+@pytest.mark.parametrize(
+    ("variant", "target", "backbone", "attention", "scorer"),
+    [("mlp", "BagMLP", None, None, None), ("simple", "BagAttention", "mlp", "simple", None),
+     ("dot", "BagAttention", "mlp", "context", "DotScorer"),
+     ("bilinear", "BagAttention", "mlp", "context", "BilinearScorer"),
+     ("additive", "BagAttention", "mlp", "context", "AdditiveScorer"),
+     ("conv", "BagAttention", "conv", "context", "AdditiveScorer")],
+)
+def test_bag_table_rows_compose(compose_cfg, variant, target, backbone, attention, scorer):
+    cfg = compose_cfg("experiment=bag_table", f"+experiment/bag={variant}")
+    assert get_class(cfg.model._target_).__name__ == target
+    assert cfg.model.get("backbone") == backbone and cfg.model.get("attention") == attention
+    if scorer is not None:
+        assert cfg.scorer._target_.endswith(scorer)
+    params = cfg.hydra.sweeper.params
+    assert params["+experiment/bag"].split(",") == ["mlp", "simple", "dot", "bilinear", "additive", "conv"]
+
+
+@pytest.mark.parametrize(("launcher", "plugin"), [("parallel", "hydra_plugins.hydra_joblib_launcher"),
+                                                  ("slurm", "hydra_plugins.hydra_submitit_launcher")])
+def test_launcher_configs_compose(compose_cfg, launcher, plugin):
+    if importlib.util.find_spec(plugin) is None:
+        pytest.skip(f"{plugin} not installed (pip install -e '.[sweep]')")
+    cfg = compose_cfg(f"hydra/launcher={launcher}", "trainer=ddp_cpu")
+    assert "Launcher" in cfg.hydra.launcher._target_
+    if launcher == "slurm":
+        assert cfg.hydra.launcher.tasks_per_node == 1 and cfg.hydra.launcher.nodes == 1
+
+
+def test_optuna_search_config_composes(compose_cfg):
+    if importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None:
+        pytest.skip("hydra-optuna-sweeper not installed (pip install -e '.[optuna]')")
+    cfg = compose_cfg("hparams_search=bag_optuna")
+    assert cfg.hydra.sweeper.direction == "maximize" and cfg.optimized_metric == "val/acc_best"
