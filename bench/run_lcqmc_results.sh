@@ -7,10 +7,12 @@ DATA=${DATA:-/work/shared/data}
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 COMMON="data.train_split=dev paths.data_dir=$DATA trainer=cpu trainer.enable_progress_bar=false"
 run() { echo "=== $(date +%T) $*"; .venv/bin/python -m attnexp "$@" $COMMON 2>&1 | grep -E "run dir|test/acc|val/acc|Error|error" ; }
-run experiment=nndl_lcqmc_tuned
+if [ -n "${WAIT_PID:-}" ]; then while kill -0 "$WAIT_PID" 2>/dev/null; do sleep 10; done; fi
+[ -n "${SKIP_TUNED:-}" ] || run experiment=nndl_lcqmc_tuned
 run experiment=nndl_lcqmc
-run experiment=nndl_lcqmc_tuned model.impl=torch
-run experiment=nndl_lcqmc_tuned model.norm=post
-run experiment=nndl_lcqmc_tuned model.depth=1
-run experiment=nndl_lcqmc_tuned model.depth=4
+run experiment=nndl_lcqmc_ablation
+run experiment=nndl_lcqmc_ablation model.impl=torch
+run experiment=nndl_lcqmc_ablation model.norm=pre
+run experiment=nndl_lcqmc_ablation model.depth=1
+run experiment=nndl_lcqmc_ablation model.depth=4
 echo "=== $(date +%T) done"

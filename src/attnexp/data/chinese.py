@@ -27,7 +27,10 @@ def _base_tokenizer(vocab: dict[str, int]) -> Tokenizer:
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
     tokenizer.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(TOKEN_PATTERN), behavior="isolated")]
+        [
+            pre_tokenizers.WhitespaceSplit(),
+            pre_tokenizers.Split(Regex(TOKEN_PATTERN), behavior="isolated"),
+        ]
     )
     return tokenizer
 
@@ -38,7 +41,9 @@ class PairTokenizer:
     def __init__(self, tokenizer: Tokenizer) -> None:
         missing = [t for t in SPECIAL_TOKENS if tokenizer.token_to_id(t) is None]
         if missing:
-            raise ConfigError(f"vocabulary lacks the special tokens {missing} (a vocab needs {list(SPECIAL_TOKENS)})")
+            raise ConfigError(
+                f"vocabulary lacks the special tokens {missing} (a vocab needs {list(SPECIAL_TOKENS)})"
+            )
         self.tokenizer = tokenizer
         cls_id, sep_id = tokenizer.token_to_id(CLS), tokenizer.token_to_id(SEP)
         tokenizer.post_processor = processors.TemplateProcessing(
@@ -50,12 +55,16 @@ class PairTokenizer:
         tokenizer.no_truncation()
 
     @classmethod
-    def from_texts(cls, texts: Iterable[str], min_frequency: int = 1, max_vocab: int | None = None) -> "PairTokenizer":
+    def from_texts(
+        cls, texts: Iterable[str], min_frequency: int = 1, max_vocab: int | None = None
+    ) -> "PairTokenizer":
         """Vocabulary of the tokens in `texts` (specials first: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3)."""
         tokenizer = _base_tokenizer({UNK: 0})
         trainer = trainers.WordLevelTrainer(
-            vocab_size=max_vocab or 10_000_000, min_frequency=min_frequency,
-            special_tokens=list(SPECIAL_TOKENS), show_progress=False,
+            vocab_size=max_vocab or 10_000_000,
+            min_frequency=min_frequency,
+            special_tokens=list(SPECIAL_TOKENS),
+            show_progress=False,
         )
         tokenizer.train_from_iterator(texts, trainer=trainer)
         return cls(tokenizer)
@@ -65,7 +74,9 @@ class PairTokenizer:
         """A BERT-style vocab.txt (one token per line, id = line number)."""
         path = Path(path)
         if not path.is_file():
-            raise ConfigError(f"vocab file {path} does not exist (set data.vocab_file=... or null to build one)")
+            raise ConfigError(
+                f"vocab file {path} does not exist (set data.vocab_file=... or null to build one)"
+            )
         vocab: dict[str, int] = {}
         for token in path.read_text(encoding="utf-8").splitlines():
             vocab.setdefault(token.strip(), len(vocab))
@@ -98,7 +109,9 @@ class PairTokenizer:
     ) -> tuple[list[list[int]], list[list[int]]]:
         """-> (token ids, segment ids) per pair, each at most max_seq_len long (>= 3: [CLS] [SEP] [SEP])."""
         if max_seq_len < 3:
-            raise ConfigError(f"data.max_seq_len={max_seq_len} leaves no room for [CLS] a [SEP] b [SEP] (set >= 3)")
+            raise ConfigError(
+                f"data.max_seq_len={max_seq_len} leaves no room for [CLS] a [SEP] b [SEP] (set >= 3)"
+            )
         self.tokenizer.enable_truncation(max_seq_len, strategy="longest_first")
         try:
             encodings = self.tokenizer.encode_batch(list(zip(texts_a, texts_b, strict=True)))

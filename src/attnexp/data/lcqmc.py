@@ -16,6 +16,7 @@ import hashlib
 import logging
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 from torch.utils.data import DataLoader, Dataset
@@ -34,6 +35,7 @@ HUB_COLUMNS = ("sentence1", "sentence2", "score")
 TRAIN_SPLITS = ("train", "dev")
 TOKENIZER_FILE = "tokenizer.json"
 LABEL_NAMES = ("not similar", "similar")
+CACHE_FORMAT = "flat-v2"
 Pairs = tuple[list[str], list[str], list[int]]  # texts_a, texts_b, labels
 
 
@@ -61,7 +63,9 @@ def read_pairs(path: Path) -> Pairs:
             if fields[2].strip() not in ("0", "1"):
                 if number == 1 and fields[2].strip().lower() == "label":
                     continue  # header line
-                raise ConfigError(f"{path}:{number}: label must be 0 or 1, found {fields[2][:20]!r}")
+                raise ConfigError(
+                    f"{path}:{number}: label must be 0 or 1, found {fields[2][:20]!r}"
+                )
             texts_a.append(fields[0])
             texts_b.append(fields[1])
             labels.append(int(fields[2]))
@@ -73,7 +77,9 @@ def read_pairs(path: Path) -> Pairs:
 class PairDataset(Dataset):
     """Encoded pairs: token ids and segment ids per example, plus labels."""
 
-    def __init__(self, ids: list[torch.Tensor], segments: list[torch.Tensor], labels: torch.Tensor) -> None:
+    def __init__(
+        self, ids: list[torch.Tensor], segments: list[torch.Tensor], labels: torch.Tensor
+    ) -> None:
         self.ids, self.segments, self.labels = ids, segments, labels
         self.lengths = torch.tensor([len(s) for s in ids])
 
@@ -86,21 +92,26 @@ class PairDataset(Dataset):
     def collate(self, indices: list[int], pad_id: int) -> dict[str, torch.Tensor]:
         input_ids, mask = pad_sequences([self.ids[i] for i in indices], pad_id)  # (B, T)
         segment_ids, _ = pad_sequences([self.segments[i] for i in indices], 0)  # (B, T)
-        return {"input_ids": input_ids, "segment_ids": segment_ids, "mask": mask, "labels": self.labels[indices]}
+        return {
+            "input_ids": input_ids,
+            "segment_ids": segment_ids,
+            "mask": mask,
+            "labels": self.labels[indices],
+        }
 
 
 class LCQMCDataModule(AttnDataModule):
     """Args:
-        data_dir: folder holding `lcqmc/` with the split files.
-        source: auto | local | hub.
-        train_split: train (standard) | dev (reduced protocol, see the module docstring).
-        val_fraction / split_seed: the dev share held out for validation under train_split=dev.
-        max_seq_len: tokens per encoded pair, [CLS] and both [SEP] included (longest-first truncation).
-        batch_size / eval_batch_size: pairs per batch (length-bucketed).
-        vocab_file: a BERT-style vocab.txt; null builds the vocabulary from the training split.
-        min_frequency: a training token must occur this often to get its own id (else [UNK]).
-        cache_dir: where encoded splits are cached, keyed by a hash of vocabulary + data (null: off).
-        tokenizer_file: a saved tokenizer.json (set when rebuilding a trained run, e.g. by predict).
+    data_dir: folder holding `lcqmc/` with the split files.
+    source: auto | local | hub.
+    train_split: train (standard) | dev (reduced protocol, see the module docstring).
+    val_fraction / split_seed: the dev share held out for validation under train_split=dev.
+    max_seq_len: tokens per encoded pair, [CLS] and both [SEP] included (longest-first truncation).
+    batch_size / eval_batch_size: pairs per batch (length-bucketed).
+    vocab_file: a BERT-style vocab.txt; null builds the vocabulary from the training split.
+    min_frequency: a training token must occur this often to get its own id (else [UNK]).
+    cache_dir: where encoded splits are cached, keyed by a hash of vocabulary + data (null: off).
+    tokenizer_file: a saved tokenizer.json (set when rebuilding a trained run, e.g. by predict).
     """
 
     input_kind = "pairs"
@@ -124,20 +135,36 @@ class LCQMCDataModule(AttnDataModule):
     ) -> None:
         super().__init__()
         if train_split not in TRAIN_SPLITS:
-            raise ConfigError(f"data.train_split '{train_split}' is not one of {', '.join(TRAIN_SPLITS)} (set data.train_split=...)")
+            raise ConfigError(
+                f"data.train_split '{train_split}' is not one of {', '.join(TRAIN_SPLITS)} (set data.train_split=...)"
+            )
         if source == "sample":
-            raise ConfigError("data.source=sample: LCQMC has no embedded sample (research-only data); use auto, local or hub")
+            raise ConfigError(
+                "data.source=sample: LCQMC has no embedded sample (research-only data); use auto, local or hub"
+            )
         if not 0.0 < val_fraction < 1.0:
-            raise ConfigError(f"data.val_fraction={val_fraction} must be between 0 and 1 (exclusive)")
-        for key, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size), ("min_frequency", min_frequency)):
+            raise ConfigError(
+                f"data.val_fraction={val_fraction} must be between 0 and 1 (exclusive)"
+            )
+        for key, value in (
+            ("batch_size", batch_size),
+            ("eval_batch_size", eval_batch_size),
+            ("min_frequency", min_frequency),
+        ):
             if value < 1:
                 raise ConfigError(f"data.{key}={value} must be >= 1 (set data.{key}=...)")
         if max_seq_len < 3:
-            raise ConfigError(f"data.max_seq_len={max_seq_len} leaves no room for [CLS] a [SEP] b [SEP] (set >= 3)")
+            raise ConfigError(
+                f"data.max_seq_len={max_seq_len} leaves no room for [CLS] a [SEP] b [SEP] (set >= 3)"
+            )
         self.data_dir, self.source_request, self.train_split = Path(data_dir), source, train_split
         self.val_fraction, self.split_seed, self.max_seq_len = val_fraction, split_seed, max_seq_len
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
-        self.vocab_file, self.min_frequency, self.tokenizer_file = vocab_file, min_frequency, tokenizer_file
+        self.vocab_file, self.min_frequency, self.tokenizer_file = (
+            vocab_file,
+            min_frequency,
+            tokenizer_file,
+        )
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self.seed, self.num_workers = seed, num_workers
         self.tokenizer: PairTokenizer | None = None
@@ -152,7 +179,11 @@ class LCQMCDataModule(AttnDataModule):
         files = {split: split_file(folder, split) for split in self._needed_splits()}
         missing = [s for s, f in files.items() if f is None]
         if missing:
-            hint = " (or data.train_split=dev: train on 90% of dev, the reduced protocol)" if missing == ["train"] else ""
+            hint = (
+                " (or data.train_split=dev: train on 90% of dev, the reduced protocol)"
+                if missing == ["train"]
+                else ""
+            )
             raise ConfigError(
                 f"lcqmc: no {' / '.join(f'{s}.tsv' for s in missing)} in {folder} (put the files there: "
                 f"text_a<TAB>text_b<TAB>label per line{hint})"
@@ -171,20 +202,28 @@ class LCQMCDataModule(AttnDataModule):
 
     def _load_raw(self) -> dict[str, Pairs]:
         folder = self.data_dir / "lcqmc"
-        if self.source_request in ("auto", "local") and not folder.is_dir() and (self.source_request == "local" or hub_offline()):
+        if (
+            self.source_request in ("auto", "local")
+            and not folder.is_dir()
+            and (self.source_request == "local" or hub_offline())
+        ):
             raise ConfigError(
                 f"lcqmc: no data: {folder} does not exist and the HF hub is offline. Put "
                 f"{', '.join(f'{s}.tsv' for s in self._needed_splits())} (text_a<TAB>text_b<TAB>label) in "
                 f"{folder}, or set paths.data_dir=<folder holding lcqmc/>"
             )
-        raw, self.source = resolve("lcqmc", self.source_request, folder, self._load_local, self._load_hub, None)
+        raw, self.source = resolve(
+            "lcqmc", self.source_request, folder, self._load_local, self._load_hub, None
+        )
         return raw
 
     def _splits(self, raw: dict[str, Pairs]) -> dict[str, Pairs]:
         if self.train_split == "train":
             return {"train": raw["train"], "val": raw["dev"], "test": raw["test"]}
         a, b, y = raw["dev"]
-        order = torch.randperm(len(y), generator=torch.Generator().manual_seed(self.split_seed)).tolist()
+        order = torch.randperm(
+            len(y), generator=torch.Generator().manual_seed(self.split_seed)
+        ).tolist()
         num_val = max(1, int(round(len(y) * self.val_fraction)))
 
         def take(idx: list[int]) -> Pairs:
@@ -204,31 +243,59 @@ class LCQMCDataModule(AttnDataModule):
         cache = None
         if self.cache_dir is not None:
             key = hashlib.sha256()
-            for part in (self.tokenizer.fingerprint(), str(self.max_seq_len), *pairs[0], *pairs[1]):
+            for part in (
+                CACHE_FORMAT,
+                self.tokenizer.fingerprint(),
+                str(self.max_seq_len),
+                *pairs[0],
+                *pairs[1],
+            ):
                 key.update(part.encode("utf-8") + b"\0")
             cache = self.cache_dir / f"lcqmc_{name}_{key.hexdigest()[:16]}.pt"
             if cache.is_file():
                 stored = torch.load(cache)
                 log.info("lcqmc %s: encodings from cache %s", name, cache)
-                return PairDataset(list(stored["ids"]), list(stored["segments"]), torch.tensor(pairs[2]))
+                lengths = stored["lengths"].tolist()
+                ids, segments = stored["ids"].split(lengths), stored["segments"].split(lengths)
+                return PairDataset(list(ids), list(segments), torch.tensor(pairs[2]))
         ids, segments = self.tokenizer.encode_pairs(pairs[0], pairs[1], self.max_seq_len)
         ids = [torch.tensor(s, dtype=torch.long) for s in ids]
         segments = [torch.tensor(s, dtype=torch.long) for s in segments]
         if cache is not None:
             cache.parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"ids": ids, "segments": segments}, cache)
+            # Flat tensors: one pickle of 20k small tensors loads ~100x slower.
+            torch.save(
+                {
+                    "ids": torch.cat(ids),
+                    "segments": torch.cat(segments),
+                    "lengths": torch.tensor([len(t) for t in ids]),
+                },
+                cache,
+            )
         return PairDataset(ids, segments, torch.tensor(pairs[2]))
 
     def setup(self, stage: str | None = None) -> None:
+        if stage == "predict" and self.tokenizer_file:
+            self.ensure_tokenizer()  # raw inputs only: no dataset needed
+            return
         if self.datasets is not None:
             return
         self.texts = self._splits(self._load_raw())
         self.tokenizer = self._build_tokenizer(self.texts["train"])
         self.datasets = {name: self._encode(name, pairs) for name, pairs in self.texts.items()}
         counts = {name: len(d) for name, d in self.datasets.items()}
-        truncated = {name: int((d.lengths >= self.max_seq_len).sum()) for name, d in self.datasets.items()}
-        log.info("LCQMC (%s, train_split=%s): %s pairs, vocab %d, at max_seq_len=%d: %s",
-                 self.source, self.train_split, counts, self.tokenizer.vocab_size, self.max_seq_len, truncated)
+        truncated = {
+            name: int((d.lengths >= self.max_seq_len).sum()) for name, d in self.datasets.items()
+        }
+        log.info(
+            "LCQMC (%s, train_split=%s): %s pairs, vocab %d, at max_seq_len=%d: %s",
+            self.source,
+            self.train_split,
+            counts,
+            self.tokenizer.vocab_size,
+            self.max_seq_len,
+            truncated,
+        )
 
     def ensure_tokenizer(self) -> PairTokenizer:
         """The tokenizer without reading the data, when a saved one is given (predict)."""
@@ -242,22 +309,44 @@ class LCQMCDataModule(AttnDataModule):
     @property
     def model_kwargs(self) -> dict:
         tokenizer = self.ensure_tokenizer()
-        return {"num_classes": 2, "vocab_size": tokenizer.vocab_size, "pad_id": tokenizer.pad_id,
-                "max_seq_len": self.max_seq_len}
+        return {
+            "num_classes": 2,
+            "vocab_size": tokenizer.vocab_size,
+            "pad_id": tokenizer.pad_id,
+            "max_seq_len": self.max_seq_len,
+        }
 
     def save_artifacts(self, run_dir: str) -> None:
         """The tokenizer, so evaluate/predict encode text exactly as in training."""
         self.ensure_tokenizer().save(Path(run_dir) / TOKENIZER_FILE)
 
+    def load_artifacts(self, run_dir: str) -> None:
+        """Use the run's saved tokenizer, so ids mean what they meant in training."""
+        path = Path(run_dir) / TOKENIZER_FILE
+        if not path.is_file():
+            raise ConfigError(
+                f"{run_dir}: no {TOKENIZER_FILE} (the run did not finish its setup; retrain it)"
+            )
+        self.tokenizer_file = str(path)
+        self.tokenizer = PairTokenizer.load(path)
+
     # ---------------------------------------------------------------- loaders
     def _loader(self, split: str, train: bool) -> DataLoader:
         dataset = self.datasets[split]
-        sampler = BucketBatchSampler(dataset.lengths, self.batch_size if train else self.eval_batch_size,
-                                     shuffle=train, seed=self.seed)
+        sampler = BucketBatchSampler(
+            dataset.lengths,
+            self.batch_size if train else self.eval_batch_size,
+            shuffle=train,
+            seed=self.seed,
+        )
         pad_id = self.tokenizer.pad_id
-        return DataLoader(dataset, batch_sampler=sampler, num_workers=self.num_workers,
-                          collate_fn=lambda idx: dataset.collate(idx, pad_id),
-                          persistent_workers=self.num_workers > 0)
+        return DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            num_workers=self.num_workers,
+            collate_fn=lambda idx: dataset.collate(idx, pad_id),
+            persistent_workers=self.num_workers > 0,
+        )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", True)
@@ -277,6 +366,57 @@ class LCQMCDataModule(AttnDataModule):
         segment_ids, _ = pad_sequences(segments, 0)
         return {"input_ids": input_ids, "segment_ids": segment_ids, "mask": mask}
 
+    raw_fields = ("text_a", "text_b")
+
+    def check_raw(self, example: dict[str, str]) -> str | None:
+        empty = [k for k in self.raw_fields if not example.get(k, "").strip()]
+        if empty:
+            return f"{' and '.join(empty)} {'is' if len(empty) == 1 else 'are'} empty: there is nothing to compare"
+        return None
+
+    def raw_notes(self, example: dict[str, str]) -> list[str]:
+        tokenizer = self.ensure_tokenizer()
+        notes = []
+        tokens = [tokenizer.tokenize(example[k]) for k in self.raw_fields]
+        total = sum(len(t) for t in tokens) + 3
+        if total > self.max_seq_len:
+            notes.append(
+                f"{total} tokens with [CLS]/[SEP]: truncated to data.max_seq_len={self.max_seq_len} "
+                f"(the longer text loses its tail first)"
+            )
+        unknown = [t for t in tokens[0] + tokens[1] if t == "[UNK]"]
+        if unknown:
+            notes.append(
+                f"{len(unknown)} of {total - 3} tokens are not in the training vocabulary ([UNK])"
+            )
+        return notes
+
+    def encode_raw(self, examples: list[dict[str, str]]) -> dict[str, torch.Tensor]:
+        return self.encode_texts([e["text_a"] for e in examples], [e["text_b"] for e in examples])
+
+    def prediction_label(self, class_index: int) -> str:
+        return LABEL_NAMES[class_index]
+
+    def prediction_figures(
+        self, batch: dict, probs: torch.Tensor, attention, out_stems: list[Path]
+    ) -> list[Path]:
+        """One PNG per pair: layers x heads heatmaps over its tokens."""
+        from attnexp.viz.pairs import plot_pair_attention
+
+        if attention is None:
+            return []
+        written = []
+        for b, stem in enumerate(out_stems):
+            length = int(batch["mask"][b].sum())
+            tokens = self.ensure_tokenizer().ids_to_tokens(batch["input_ids"][b, :length].tolist())
+            maps = [layer[b, :, :length, :length] for layer in attention]
+            figure = plot_pair_attention(tokens, maps, f"p(similar)={float(probs[b, 1]):.2f}")
+            path = Path(f"{stem}.png")
+            figure.savefig(path, dpi=100)
+            plt.close(figure)
+            written.append(path)
+        return written
+
     def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor] | None:
         """The shortest validation pairs of each label (readable heatmaps), fixed across epochs."""
         if self.datasets is None:
@@ -284,11 +424,18 @@ class LCQMCDataModule(AttnDataModule):
         dataset = self.datasets["val"]
         order = torch.argsort(dataset.lengths, stable=True).tolist()
         picked = [i for i in order if dataset.lengths[i] >= 8]
-        by_label = [[i for i in picked if int(dataset.labels[i]) == y][: max(1, num_examples // 2)] for y in (1, 0)]
-        indices = [i for group in zip(*by_label, strict=False) for i in group][:num_examples] or order[:num_examples]
+        by_label = [
+            [i for i in picked if int(dataset.labels[i]) == y][: max(1, num_examples // 2)]
+            for y in (1, 0)
+        ]
+        indices = [i for group in zip(*by_label, strict=False) for i in group][
+            :num_examples
+        ] or order[:num_examples]
         return dataset.collate(indices, self.tokenizer.pad_id)
 
-    def attention_figure(self, batch: dict, logits: torch.Tensor, attention, max_figures: int = 2) -> dict[str, Figure]:
+    def attention_figure(
+        self, batch: dict, logits: torch.Tensor, attention, max_figures: int = 2
+    ) -> dict[str, Figure]:
         """One layers x heads heatmap grid per example, for the first `max_figures` examples."""
         from attnexp.viz.pairs import plot_pair_attention
 
@@ -298,7 +445,9 @@ class LCQMCDataModule(AttnDataModule):
             length = int(batch["mask"][b].sum())
             tokens = self.ensure_tokenizer().ids_to_tokens(batch["input_ids"][b, :length].tolist())
             label = int(batch["labels"][b]) if "labels" in batch else None
-            title = f"p(similar)={float(probs[b]):.2f}" + (f", label={LABEL_NAMES[label]}" if label is not None else "")
+            title = f"p(similar)={float(probs[b]):.2f}" + (
+                f", label={LABEL_NAMES[label]}" if label is not None else ""
+            )
             maps = [layer[b, :, :length, :length] for layer in attention]
             figures[f"attention/pair{b}"] = plot_pair_attention(tokens, maps, title)
         return figures

@@ -17,14 +17,14 @@ IMPLS = ("custom", "torch")
 
 class TransformerMatcher(nn.Module):
     """Args:
-        vocab_size, pad_id, max_seq_len, num_classes: from the DataModule.
-        hidden_size, depth, heads, ffn_size: encoder sizes.
-        dropout: embeddings, residuals, feed-forward and classifier; attention_dropout: attention weights.
-        position: sinusoidal | learned.
-        impl: custom (our blocks) | torch (`nn.TransformerEncoderLayer`).
-        norm: post | pre (pre-norm adds a final LayerNorm after the last block).
-        activation: relu | gelu (feed-forward).
-        fused_attention: custom blocks use `F.scaled_dot_product_attention` unless weights are asked for.
+    vocab_size, pad_id, max_seq_len, num_classes: from the DataModule.
+    hidden_size, depth, heads, ffn_size: encoder sizes.
+    dropout: embeddings, residuals, feed-forward and classifier; attention_dropout: attention weights.
+    position: sinusoidal | learned.
+    impl: custom (our blocks) | torch (`nn.TransformerEncoderLayer`).
+    norm: post | pre (pre-norm adds a final LayerNorm after the last block).
+    activation: relu | gelu (feed-forward).
+    fused_attention: custom blocks use `F.scaled_dot_product_attention` unless weights are asked for.
     """
 
     input_kind = "pairs"
@@ -49,15 +49,34 @@ class TransformerMatcher(nn.Module):
     ) -> None:
         super().__init__()
         if impl not in IMPLS:
-            raise ConfigError(f"impl '{impl}' is not one of {', '.join(IMPLS)} (set model.impl=...)")
-        for key, value in (("depth", depth), ("hidden_size", hidden_size), ("ffn_size", ffn_size), ("heads", heads)):
+            raise ConfigError(
+                f"impl '{impl}' is not one of {', '.join(IMPLS)} (set model.impl=...)"
+            )
+        for key, value in (
+            ("depth", depth),
+            ("hidden_size", hidden_size),
+            ("ffn_size", ffn_size),
+            ("heads", heads),
+        ):
             if value < 1:
                 raise ConfigError(f"model.{key}={value} must be >= 1 (set model.{key}=...)")
-        self.embeddings = PairEmbeddings(vocab_size, hidden_size, max_seq_len, position, 2, dropout, pad_id)
-        block_args = dict(embed_dim=hidden_size, num_heads=heads, ffn_dim=ffn_size, dropout=dropout,
-                          attention_dropout=attention_dropout, activation=activation, norm=norm)
+        self.embeddings = PairEmbeddings(
+            vocab_size, hidden_size, max_seq_len, position, 2, dropout, pad_id
+        )
+        block_args = dict(
+            embed_dim=hidden_size,
+            num_heads=heads,
+            ffn_dim=ffn_size,
+            dropout=dropout,
+            attention_dropout=attention_dropout,
+            activation=activation,
+            norm=norm,
+        )
         if impl == "custom":
-            blocks = [TransformerEncoderBlock(**block_args, fused_attention=fused_attention) for _ in range(depth)]
+            blocks = [
+                TransformerEncoderBlock(**block_args, fused_attention=fused_attention)
+                for _ in range(depth)
+            ]
         else:
             blocks = [TorchEncoderBlock(**block_args) for _ in range(depth)]
         self.blocks = nn.ModuleList(blocks)

@@ -16,7 +16,9 @@ POSITIONS = ("sinusoidal", "learned")
 def sinusoidal_table(max_len: int, embed_dim: int) -> torch.Tensor:
     """(max_len, E): PE[p, 2i] = sin(p / 10000^(2i/E)), PE[p, 2i+1] = cos(p / 10000^(2i/E))."""
     positions = torch.arange(max_len, dtype=torch.float32)[:, None]  # (L, 1)
-    frequencies = torch.exp(torch.arange(0, embed_dim, 2, dtype=torch.float32) * (-math.log(10000.0) / embed_dim))
+    frequencies = torch.exp(
+        torch.arange(0, embed_dim, 2, dtype=torch.float32) * (-math.log(10000.0) / embed_dim)
+    )
     table = torch.zeros(max_len, embed_dim)
     table[:, 0::2] = torch.sin(positions * frequencies)
     table[:, 1::2] = torch.cos(positions * frequencies[: embed_dim // 2])
@@ -90,11 +92,15 @@ class PairEmbeddings(nn.Module):
     ) -> None:
         super().__init__()
         if position not in POSITIONS:
-            raise ConfigError(f"position '{position}' is not one of {', '.join(POSITIONS)} (set model.position=...)")
+            raise ConfigError(
+                f"position '{position}' is not one of {', '.join(POSITIONS)} (set model.position=...)"
+            )
         self.tokens = TokenEmbedding(vocab_size, embed_dim, padding_idx)
         self.segments = nn.Embedding(num_segments, embed_dim)
         nn.init.normal_(self.segments.weight, std=0.02)
-        table = SinusoidalPositionalEncoding if position == "sinusoidal" else LearnedPositionalEmbedding
+        table = (
+            SinusoidalPositionalEncoding if position == "sinusoidal" else LearnedPositionalEmbedding
+        )
         self.positions = table(max_len, embed_dim)
         self.norm = nn.LayerNorm(embed_dim)
         self.dropout = nn.Dropout(dropout)
@@ -102,10 +108,12 @@ class PairEmbeddings(nn.Module):
     def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
         """input_ids, segment_ids (B, T) -> (B, T, E)."""
         B, T = input_ids.shape
-        if T > self.positions.max_len:
+        if self.positions.max_len < T:
             raise ConfigError(
                 f"sequence of {T} tokens is longer than the model's max_seq_len={self.positions.max_len} "
                 f"(set data.max_seq_len <= {self.positions.max_len}, or retrain with a larger one)"
             )
-        x = self.tokens(input_ids) + self.segments(segment_ids) + self.positions(T)[None]  # (B, T, E)
+        x = (
+            self.tokens(input_ids) + self.segments(segment_ids) + self.positions(T)[None]
+        )  # (B, T, E)
         return self.dropout(self.norm(x))

@@ -20,13 +20,17 @@ def check_block_args(norm: str, activation: str) -> None:
     if norm not in NORMS:
         raise ConfigError(f"norm '{norm}' is not one of {', '.join(NORMS)} (set model.norm=...)")
     if activation not in ACTIVATIONS:
-        raise ConfigError(f"activation '{activation}' is not one of {', '.join(ACTIVATIONS)} (set model.activation=...)")
+        raise ConfigError(
+            f"activation '{activation}' is not one of {', '.join(ACTIVATIONS)} (set model.activation=...)"
+        )
 
 
 class PositionwiseFeedForward(nn.Module):
     """(B, T, E) -> (B, T, E): Linear(E, F) -> activation -> dropout -> Linear(F, E), per position."""
 
-    def __init__(self, embed_dim: int, ffn_dim: int, dropout: float = 0.1, activation: str = "relu") -> None:
+    def __init__(
+        self, embed_dim: int, ffn_dim: int, dropout: float = 0.1, activation: str = "relu"
+    ) -> None:
         super().__init__()
         self.linear1 = nn.Linear(embed_dim, ffn_dim)
         self.linear2 = nn.Linear(ffn_dim, embed_dim)
@@ -69,7 +73,9 @@ class TransformerEncoderBlock(nn.Module):
         self.fused_attention = fused_attention
 
     def _attend(self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool):
-        out, weights = self.self_attn(x, mask, need_weights=need_weights or not self.fused_attention)
+        out, weights = self.self_attn(
+            x, mask, need_weights=need_weights or not self.fused_attention
+        )
         return self.dropout1(out), weights if need_weights else None
 
     def forward(
@@ -117,8 +123,14 @@ class TorchEncoderBlock(nn.Module):
                 f"{dropout} (= model.dropout) or use model.impl=custom"
             )
         self.layer = nn.TransformerEncoderLayer(
-            embed_dim, num_heads, ffn_dim, dropout, activation=activation, layer_norm_eps=layer_norm_eps,
-            batch_first=True, norm_first=norm == "pre",
+            embed_dim,
+            num_heads,
+            ffn_dim,
+            dropout,
+            activation=activation,
+            layer_norm_eps=layer_norm_eps,
+            batch_first=True,
+            norm_first=norm == "pre",
         )
 
     def forward(
@@ -128,6 +140,7 @@ class TorchEncoderBlock(nn.Module):
         weights = None
         if need_weights:
             h = self.layer.norm1(x) if self.layer.norm_first else x
-            _, weights = self.layer.self_attn(h, h, h, key_padding_mask=padding, need_weights=True,
-                                              average_attn_weights=False)  # (B, nh, T, T)
+            _, weights = self.layer.self_attn(
+                h, h, h, key_padding_mask=padding, need_weights=True, average_attn_weights=False
+            )  # (B, nh, T, T)
         return self.layer(x, src_key_padding_mask=padding), weights

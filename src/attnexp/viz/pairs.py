@@ -20,9 +20,19 @@ from matplotlib.figure import Figure
 log = logging.getLogger(__name__)
 
 SYSTEM_CJK_FONTS = (
-    "Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "Source Han Sans CN", "WenQuanYi Micro Hei",
-    "WenQuanYi Zen Hei", "SimHei", "Microsoft YaHei", "PingFang SC", "Heiti SC", "AR PL UMing CN",
-    "Noto Sans CJK JP", "Noto Serif CJK SC",
+    "Noto Sans CJK SC",
+    "Noto Sans SC",
+    "Source Han Sans SC",
+    "Source Han Sans CN",
+    "WenQuanYi Micro Hei",
+    "WenQuanYi Zen Hei",
+    "SimHei",
+    "Microsoft YaHei",
+    "PingFang SC",
+    "Heiti SC",
+    "AR PL UMing CN",
+    "Noto Sans CJK JP",
+    "Noto Serif CJK SC",
 )
 PACKAGED_FONTS = (("mplfonts", "fonts/NotoSansCJKsc-Regular.otf"),)
 
@@ -59,7 +69,12 @@ def cjk_font() -> font_manager.FontProperties | None:
 
 
 def _is_cjk(char: str) -> bool:
-    return "\u3400" <= char <= "\u9fff" or "\uf900" <= char <= "\ufaff" or "\u3000" <= char <= "\u303f" or "\uff00" <= char <= "\uffef"
+    return (
+        "\u3400" <= char <= "\u9fff"
+        or "\uf900" <= char <= "\ufaff"
+        or "\u3000" <= char <= "\u303f"
+        or "\uff00" <= char <= "\uffef"
+    )
 
 
 def token_label(token: str, have_font: bool) -> str:
@@ -68,7 +83,9 @@ def token_label(token: str, have_font: bool) -> str:
     return "".join(f"U+{ord(c):04X}" if _is_cjk(c) else c for c in token)
 
 
-def plot_pair_attention(tokens: list[str], attention: list[torch.Tensor], title: str = "") -> Figure:
+def plot_pair_attention(
+    tokens: list[str], attention: list[torch.Tensor], title: str = ""
+) -> Figure:
     """tokens (T,), attention: one (nh, T, T) map per layer -> a layers x heads grid of heatmaps.
 
     Rows of each map are queries, columns keys; a map's rows sum to 1 over the real tokens.
@@ -83,7 +100,9 @@ def plot_pair_attention(tokens: list[str], attention: list[torch.Tensor], title:
     for layer in range(depth):
         for head in range(heads):
             ax = axes[layer, head]
-            ax.imshow(maps[layer][head, :T, :T], cmap="viridis", vmin=0.0)  # per-head scale: contrast
+            ax.imshow(
+                maps[layer][head, :T, :T], cmap="viridis", vmin=0.0
+            )  # per-head scale: contrast
             ax.set_xticks(range(T))
             ax.set_yticks(range(T))
             ax.set_xticklabels(labels, fontproperties=font, fontsize=size, rotation=90)

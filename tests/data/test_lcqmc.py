@@ -1,0 +1,168 @@
+import pytest
+import torch
+from lcqmc_data import write_lcqmc
+
+from attnexp.data.chinese import PairTokenizer
+from attnexp.data.lcqmc import LCQMCDataModule
+from attnexp.errors import ConfigError
+
+
+def test_char_level_tokenization():
+    tok = PairTokenizer.from_texts(["电脑怎么录像", "iPhone6 好用吗？"])
+    # each CJK char one token; ASCII words/numbers whole, lower-cased; full-width ？ -> ?
+    assert tok.tokenize("电脑iPhone6好 用？") == ["电", "脑", "iphone6", "好", "用", "?"]
+    assert tok.tokenize("火星") == ["[UNK]", "[UNK]"]
+    assert [tok.tokenizer.id_to_token(i) for i in range(4)] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+
+
+def test_pair_encoding_segments_and_truncation():
+    tok = PairTokenizer.from_texts(["电脑录像视频"])
+    ids, segments = tok.encode_pairs(["电脑"], ["录像视频"], max_seq_len=32)
+    assert tok.ids_to_tokens(ids[0]) == [
+        "[CLS]",
+        "电",
+        "脑",
+        "[SEP]",
+        "录",
+        "像",
+        "视",
+        "频",
+        "[SEP]",
+    ]
+    assert segments[0] == [0, 0, 0, 0, 1, 1, 1, 1, 1]
+    ids, segments = tok.encode_pairs(["电脑"], ["录像视频"], max_seq_len=7)  # longest first
+    assert tok.ids_to_tokens(ids[0]) == ["[CLS]", "电", "脑", "[SEP]", "录", "像", "[SEP]"]
+    ids, _ = tok.encode_pairs([""], [""], max_seq_len=7)
+    assert tok.ids_to_tokens(ids[0]) == ["[CLS]", "[SEP]", "[SEP]"]
+
+
+def test_vocab_file(tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n电\n脑\n", encoding="utf-8")
+    tok = PairTokenizer.from_vocab_file(vocab)
+    ids, _ = tok.encode_pairs(["电脑"], ["脑x"], 16)
+    assert ids[0] == [2, 4, 5, 3, 5, 1, 3]
+    vocab.write_text("[PAD]\n电\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="lacks the special tokens"):
+        PairTokenizer.from_vocab_file(vocab)
+
+
+def make_dm(tmp_path, **kwargs) -> LCQMCDataModule:
+    kwargs = {"train_split": "dev", "batch_size": 8, "cache_dir": str(tmp_path / "cache"), **kwargs}
+    return LCQMCDataModule(str(tmp_path / "data"), **kwargs)
+
+
+def test_reduced_protocol_split_is_fixed(tmp_path):
+    write_lcqmc(tmp_path / "data", {"dev": 100, "test": 30})
+    dm = make_dm(tmp_path, seed=1)
+    dm.setup()
+    assert {k: len(v) for k, v in dm.datasets.items()} == {"train": 90, "val": 10, "test": 30}
+    other = make_dm(tmp_path, seed=2)  # another run seed: the same validation pairs
+    other.setup()
+    assert other.texts["val"] == dm.texts["val"]
+    assert set(dm.texts["val"][0]).isdisjoint(set()) and dm.source == "local"
+    assert dm.model_kwargs == {
+        "num_classes": 2,
+        "vocab_size": dm.tokenizer.vocab_size,
+        "pad_id": 0,
+        "max_seq_len": 128,
+    }
+
+
+def test_standard_protocol_txt_names_and_header(tmp_path):
+    folder = write_lcqmc(tmp_path / "data", {"train": 40, "dev": 20, "test": 10}, suffix=".txt")
+    (folder / "test.txt").write_text("text_a\ttext_b\tlabel\n电脑\t录像\t1\n", encoding="utf-8")
+    dm = make_dm(tmp_path, train_split="train")
+    dm.setup()
+    assert {k: len(v) for k, v in dm.datasets.items()} == {"train": 40, "val": 20, "test": 1}
+
+
+@pytest.mark.parametrize(
+    ("line", "match"),
+    [
+        ("电脑\t录像\n", r"dev.tsv:3: expected 3 tab-separated columns"),
+        ("电脑\t录像\t2\n", r"dev.tsv:3: label must be 0 or 1"),
+    ],
+)
+def test_malformed_lines_name_file_and_line(tmp_path, line, match):
+    folder = write_lcqmc(tmp_path / "data", {"dev": 20, "test": 5})
+    rows = (folder / "dev.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
+    (folder / "dev.tsv").write_text("".join(rows[:2]) + line + "".join(rows[2:]), encoding="utf-8")
+    with pytest.raises(ConfigError, match=match):
+        make_dm(tmp_path).setup()
+
+
+def test_missing_data_says_where_to_put_files(tmp_path):
+    with pytest.raises(ConfigError, match=r"lcqmc.*does not exist.*Put dev.tsv, test.tsv"):
+        make_dm(tmp_path).setup()
+    write_lcqmc(tmp_path / "data")
+    with pytest.raises(ConfigError, match=r"no train.tsv in .*data.train_split=dev"):
+        make_dm(tmp_path, train_split="train").setup()
+    with pytest.raises(ConfigError, match="data.train_split 'all' is not one of train, dev"):
+        make_dm(tmp_path, train_split="all")
+
+
+def test_batches_cache_and_artifacts(tmp_path):
+    write_lcqmc(tmp_path / "data")
+    dm = make_dm(tmp_path)
+    dm.setup()
+    batch = next(iter(dm.train_dataloader()))
+    assert set(batch) == {"input_ids", "segment_ids", "mask", "labels"}
+    assert batch["input_ids"].shape == batch["mask"].shape == batch["segment_ids"].shape
+    assert torch.all(batch["input_ids"][~batch["mask"]] == 0) and torch.all(
+        batch["input_ids"][:, 0] == 2
+    )
+    assert len(list((tmp_path / "cache").glob("*.pt"))) == 3
+    again = make_dm(tmp_path)
+    again.setup()  # from the cache: the same encodings
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(again.datasets["test"].ids, dm.datasets["test"].ids, strict=True)
+    )
+
+    dm.save_artifacts(str(tmp_path))
+    loaded = make_dm(tmp_path / "elsewhere")  # no data there: predict needs only the tokenizer
+    loaded.load_artifacts(str(tmp_path))
+    loaded.setup("predict")
+    assert loaded.model_kwargs["vocab_size"] == dm.tokenizer.vocab_size
+
+
+def test_raw_inputs_for_predict(tmp_path):
+    write_lcqmc(tmp_path / "data")
+    dm = make_dm(tmp_path, max_seq_len=12)
+    dm.setup()
+    assert dm.raw_fields == ("text_a", "text_b")
+    assert "text_a is empty" in dm.check_raw({"text_a": " ", "text_b": "电脑"})
+    assert dm.check_raw({"text_a": "电脑", "text_b": "录像"}) is None
+    notes = dm.raw_notes({"text_a": "电脑" * 10, "text_b": "火星"})
+    assert any("truncated to data.max_seq_len=12" in n for n in notes) and any(
+        "[UNK]" in n for n in notes
+    )
+    batch = dm.encode_raw(
+        [{"text_a": "电脑" * 10, "text_b": "录像"}, {"text_a": "电", "text_b": "脑"}]
+    )
+    assert batch["input_ids"].shape == (2, 12) and batch["mask"].sum(1).tolist() == [12, 5]
+    assert dm.prediction_label(1) == "similar" and dm.prediction_label(0) == "not similar"
+    attention = [torch.softmax(torch.randn(2, 2, 12, 12), -1)]
+    files = dm.prediction_figures(
+        batch,
+        torch.tensor([[0.3, 0.7], [0.6, 0.4]]),
+        attention,
+        [tmp_path / "ex0", tmp_path / "ex1"],
+    )
+    assert [f.name for f in files] == ["ex0.png", "ex1.png"] and all(
+        f.stat().st_size > 0 for f in files
+    )
+
+
+def test_probe_batch_and_attention_figures(tmp_path):
+    write_lcqmc(tmp_path / "data")
+    dm = make_dm(tmp_path)
+    dm.setup()
+    batch = dm.probe_batch(4)
+    assert batch["input_ids"].shape[0] == 4 and sorted(batch["labels"].tolist()) == [0, 0, 1, 1]
+    T = batch["input_ids"].shape[1]
+    attention = [torch.softmax(torch.randn(4, 2, T, T), -1) for _ in range(2)]
+    figures = dm.attention_figure(batch, torch.randn(4, 2), attention)
+    assert list(figures) == ["attention/pair0", "attention/pair1"]
+    assert len(figures["attention/pair0"].axes) == 4  # 2 layers x 2 heads

@@ -1,0 +1,95 @@
+import pytest
+import pytorch_lightning as pl
+import torch
+from lcqmc_data import write_lcqmc
+
+from attnexp.build import build
+from attnexp.errors import ConfigError
+from attnexp.models.transformer import TransformerMatcher
+
+SMALL = {"vocab_size": 30, "hidden_size": 8, "heads": 2, "ffn_size": 16, "max_seq_len": 16}
+
+
+def pair_batch():
+    ids = torch.tensor([[2, 5, 6, 3, 7, 8, 3], [2, 9, 3, 4, 3, 0, 0]])
+    segments = torch.tensor([[0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 0, 0]])
+    return ids, segments, ids != 0
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"impl": "torch"},
+        {"norm": "pre"},
+        {"position": "learned"},
+        {"depth": 1},
+        {"impl": "torch", "norm": "pre"},
+    ],
+)
+def test_shapes_attention_and_padding_invariance(options):
+    torch.manual_seed(0)
+    model = TransformerMatcher(**SMALL, **options).eval()
+    ids, segments, mask = pair_batch()
+    logits, attention = model(ids, segments, mask, return_attention=True)
+    assert logits.shape == (2, 2)
+    assert len(attention) == options.get("depth", 2) and attention[0].shape == (2, 2, 7, 7)
+    assert torch.all(attention[-1][1, :, :, 5:] == 0)  # padded keys get no weight
+    changed = ids.clone()
+    changed[1, 5:] = 17  # other content at the padded positions
+    assert torch.allclose(model(changed, segments, mask), logits, atol=1e-5)
+    assert torch.allclose(model(ids, segments, mask), logits, atol=1e-5)  # with and without weights
+
+
+def test_custom_and_torch_have_the_same_parameter_count():
+    counts = [
+        sum(p.numel() for p in TransformerMatcher(**SMALL, impl=impl).parameters())
+        for impl in ("custom", "torch")
+    ]
+    assert counts[0] == counts[1]
+
+
+def test_matcher_errors():
+    with pytest.raises(ConfigError, match="impl 'keras' is not one of custom, torch"):
+        TransformerMatcher(**SMALL, impl="keras")
+    with pytest.raises(ConfigError, match="model.depth=0 must be >= 1"):
+        TransformerMatcher(**SMALL, depth=0)
+
+
+VARIANTS = [
+    ["model=transformer"],
+    ["model=transformer", "model.impl=torch", "model.norm=pre", "model.position=learned"],
+    ["experiment=nndl_lcqmc", "model.hidden_size=16", "model.ffn_size=32"],
+    ["experiment=nndl_lcqmc_tuned", "model.hidden_size=16", "model.ffn_size=32"],
+    [
+        "experiment=nndl_lcqmc_ablation",
+        "model.hidden_size=16",
+        "model.ffn_size=32",
+        "model.depth=4",
+    ],
+]
+
+
+@pytest.mark.parametrize("overrides", VARIANTS, ids=lambda o: " ".join(o))
+def test_fast_dev_run(compose_cfg, tmp_path, overrides):
+    write_lcqmc(tmp_path / "data", {"dev": 40, "test": 16})
+    cfg = compose_cfg(
+        *overrides,
+        "data.train_split=dev",
+        "data.cache_dir=null",
+        "model.hidden_size=16",
+        "model.ffn_size=32",
+    )
+    assert cfg.optimizer._target_ == "torch.optim.AdamW" and cfg.scheduler is not None
+    datamodule, task = build(cfg, dict(cfg.hydra.runtime.choices))
+    trainer = pl.Trainer(
+        fast_dev_run=True,
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(tmp_path),
+    )
+    trainer.fit(task, datamodule=datamodule)
+    trainer.test(task, datamodule=datamodule, verbose=False)
+    assert "test/acc" in trainer.callback_metrics

@@ -1,0 +1,57 @@
+import math
+
+import pytest
+import torch
+
+from attnexp.errors import ConfigError
+from attnexp.modules.embeddings import (
+    PairEmbeddings,
+    SinusoidalPositionalEncoding,
+    TokenEmbedding,
+    sinusoidal_table,
+)
+
+
+def test_sinusoidal_values_at_known_positions():
+    E = 8
+    table = sinusoidal_table(16, E)
+    assert torch.allclose(table[0, 0::2], torch.zeros(E // 2))  # sin(0)
+    assert torch.allclose(table[0, 1::2], torch.ones(E // 2))  # cos(0)
+    assert table[1, 0] == pytest.approx(math.sin(1.0), abs=1e-6)
+    assert table[1, 1] == pytest.approx(math.cos(1.0), abs=1e-6)
+    # PE[p, 2i] = sin(p / 10000^(2i/E)), PE[p, 2i+1] = cos(...)
+    p, i = 5, 2
+    assert table[p, 2 * i] == pytest.approx(math.sin(p / 10000 ** (2 * i / E)), abs=1e-5)
+    assert table[p, 2 * i + 1] == pytest.approx(math.cos(p / 10000 ** (2 * i / E)), abs=1e-5)
+    assert torch.equal(SinusoidalPositionalEncoding(16, E)(3), table[:3])
+
+
+def test_token_embedding_is_scaled_by_sqrt_dim_and_pad_is_zero():
+    emb = TokenEmbedding(10, 16, padding_idx=0)
+    ids = torch.tensor([[0, 3]])
+    out = emb(ids)
+    assert torch.allclose(out[0, 1], emb.embedding.weight[3] * 4.0)
+    assert torch.equal(out[0, 0], torch.zeros(16))
+
+
+@pytest.mark.parametrize("position", ["sinusoidal", "learned"])
+def test_pair_embeddings_shapes_and_segments_matter(position):
+    torch.manual_seed(0)
+    emb = PairEmbeddings(20, 8, max_len=12, position=position, dropout=0.0).eval()
+    ids = torch.tensor([[2, 5, 6, 3, 7, 3]])
+    out_a = emb(ids, torch.tensor([[0, 0, 0, 0, 1, 1]]))
+    out_b = emb(ids, torch.tensor([[0, 0, 0, 0, 0, 0]]))
+    assert out_a.shape == (1, 6, 8)
+    assert torch.allclose(out_a[0, :4], out_b[0, :4]) and not torch.allclose(
+        out_a[0, 4:], out_b[0, 4:]
+    )
+    # same token at different positions differs (positional information)
+    assert not torch.allclose(out_a[0, 3], out_a[0, 5])
+
+
+def test_pair_embeddings_errors():
+    with pytest.raises(ConfigError, match="position 'rope' is not one of sinusoidal, learned"):
+        PairEmbeddings(20, 8, max_len=12, position="rope")
+    emb = PairEmbeddings(20, 8, max_len=4)
+    with pytest.raises(ConfigError, match="longer than the model's max_seq_len=4"):
+        emb(torch.zeros(1, 5, dtype=torch.long), torch.zeros(1, 5, dtype=torch.long))

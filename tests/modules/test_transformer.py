@@ -1,0 +1,97 @@
+import pytest
+import torch
+from torch import nn
+
+from attnexp.errors import ConfigError
+from attnexp.modules.transformer import TorchEncoderBlock, TransformerEncoderBlock
+
+E, NH, FF = 8, 2, 16
+MASK = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=torch.bool)
+
+
+def copy_from_torch(ours: TransformerEncoderBlock, ref: nn.TransformerEncoderLayer) -> None:
+    with torch.no_grad():
+        ours.self_attn.in_proj.weight.copy_(ref.self_attn.in_proj_weight)
+        ours.self_attn.in_proj.bias.copy_(ref.self_attn.in_proj_bias)
+        ours.self_attn.out_proj.load_state_dict(ref.self_attn.out_proj.state_dict())
+        ours.feed_forward.linear1.load_state_dict(ref.linear1.state_dict())
+        ours.feed_forward.linear2.load_state_dict(ref.linear2.state_dict())
+        ours.norm1.load_state_dict(ref.norm1.state_dict())
+        ours.norm2.load_state_dict(ref.norm2.state_dict())
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_custom_block_equals_torch_encoder_layer(norm):
+    torch.manual_seed(0)
+    ours = TransformerEncoderBlock(E, NH, FF, dropout=0.1, attention_dropout=0.1, norm=norm).eval()
+    ref = nn.TransformerEncoderLayer(
+        E, NH, FF, 0.1, batch_first=True, norm_first=norm == "pre"
+    ).eval()
+    copy_from_torch(ours, ref)
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in ref.parameters())
+    x = torch.randn(2, 5, E)
+    with torch.no_grad():
+        out, _ = ours(x, MASK)
+        expected = ref(x, src_key_padding_mask=~MASK)
+    assert torch.allclose(out[MASK], expected[MASK], atol=1e-5)
+
+
+def test_torch_block_weights_equal_ours():
+    torch.manual_seed(0)
+    wrapped = TorchEncoderBlock(E, NH, FF, dropout=0.0, attention_dropout=0.0).eval()
+    ours = TransformerEncoderBlock(E, NH, FF, dropout=0.0, attention_dropout=0.0).eval()
+    copy_from_torch(ours, wrapped.layer)
+    x = torch.randn(2, 5, E)
+    with torch.no_grad():
+        out_a, w_a = ours(x, MASK, need_weights=True)
+        out_b, w_b = wrapped(x, MASK, need_weights=True)
+    assert w_a.shape == w_b.shape == (2, NH, 5, 5)
+    assert torch.allclose(w_a, w_b, atol=1e-5) and torch.allclose(
+        out_a[MASK], out_b[MASK], atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_padding_is_ignored_and_weights_are_masked(norm):
+    torch.manual_seed(0)
+    block = TransformerEncoderBlock(E, NH, FF, norm=norm).eval()
+    x = torch.randn(2, 5, E)
+    changed = x.clone()
+    changed[1, 3:] = 100.0  # padded positions of example 1
+    with torch.no_grad():
+        out, weights = block(x, MASK, need_weights=True)
+        out2, _ = block(changed, MASK)
+    assert torch.allclose(out[MASK], out2[MASK], atol=1e-5)
+    assert torch.all(weights[1, :, :, 3:] == 0)
+    assert torch.allclose(weights.sum(-1), torch.ones(2, NH, 5))
+
+
+def test_fused_and_explicit_attention_agree():
+    torch.manual_seed(0)
+    fused = TransformerEncoderBlock(E, NH, FF).eval()
+    explicit = TransformerEncoderBlock(E, NH, FF, fused_attention=False).eval()
+    explicit.load_state_dict(fused.state_dict())
+    x = torch.randn(2, 5, E)
+    with torch.no_grad():
+        a, wa = fused(x, MASK)
+        b, wb = explicit(x, MASK)
+    assert wa is None and wb is None
+    assert torch.allclose(a[MASK], b[MASK], atol=1e-5)
+
+
+def test_gradients_flow():
+    block = TransformerEncoderBlock(E, NH, FF)
+    x = torch.randn(2, 5, E, requires_grad=True)
+    block(x, MASK)[0].sum().backward()
+    assert x.grad is not None and all(p.grad is not None for p in block.parameters())
+
+
+def test_block_errors():
+    with pytest.raises(ConfigError, match="norm 'mid' is not one of post, pre"):
+        TransformerEncoderBlock(E, NH, FF, norm="mid")
+    with pytest.raises(ConfigError, match="not divisible by heads=3"):
+        TransformerEncoderBlock(E, 3, FF)
+    with pytest.raises(ConfigError, match="not divisible by heads=3"):
+        TorchEncoderBlock(E, 3, FF)
+    with pytest.raises(ConfigError, match="model.attention_dropout"):
+        TorchEncoderBlock(E, NH, FF, dropout=0.1, attention_dropout=0.2)
