@@ -46,6 +46,7 @@ tensorboard: setup  ## serve outputs/ on http://127.0.0.1:6006
 
 bench: setup  ## throughput benchmarks (runner vs plain PyTorch loop)
 	$(BIN)/python bench/bench_bag_mnist.py
+	$(BIN)/python bench/bench_lcqmc.py $(if $(wildcard data/lcqmc/dev.tsv),--data-dir data)
 
 clean:  ## remove caches (never outputs/)
 	rm -rf .ruff_cache .pytest_cache build dist src/*.egg-info

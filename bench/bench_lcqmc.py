@@ -1,0 +1,166 @@
+"""LCQMC training throughput (pairs/s): the runner (Lightning ClassificationTask) vs a plain PyTorch
+loop over the same model and the same batches, in the same process; custom vs torch encoder blocks;
+custom blocks with and without F.scaled_dot_product_attention.
+
+    python bench/bench_lcqmc.py --data-dir /work/shared/data      # real pairs (reduced protocol)
+    python bench/bench_lcqmc.py                                    # generated pairs, anywhere
+
+Each measurement trains `--batches` batches (after `--warmup` untimed ones); runner and plain loop
+alternate `--repeats` times and the best of each is kept, which damps noise on shared CPUs.
+"""
+
+import argparse
+import json
+import logging
+import random
+import tempfile
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+from attnexp.data.lcqmc import LCQMCDataModule
+from attnexp.models.transformer import TransformerMatcher
+from attnexp.tasks import ClassificationTask
+from attnexp.tasks.optim import linear_warmup_decay, param_groups
+
+CHARS = "电脑怎么录像如何在计算机上视频手机充电为什么不能用哪里可以买到好吃的苹果天气明会下雨"
+
+
+def generated_data(folder: Path, n: int = 2000) -> Path:
+    rng = random.Random(0)
+    (folder / "lcqmc").mkdir(parents=True, exist_ok=True)
+    for split in ("dev", "test"):
+        rows = []
+        for i in range(n):
+            a = "".join(rng.choices(CHARS, k=rng.randint(6, 14)))
+            rows.append(f"{a}\t{a[::-1] if i % 2 else ''.join(rng.sample(CHARS, 10))}\t{i % 2}\n")
+        (folder / "lcqmc" / f"{split}.tsv").write_text("".join(rows), encoding="utf-8")
+    return folder
+
+
+def make_model(kwargs: dict, variant: dict) -> TransformerMatcher:
+    torch.manual_seed(0)
+    return TransformerMatcher(**kwargs, **variant)
+
+
+def optimizer_for(model: torch.nn.Module, steps: int):
+    optimizer = torch.optim.AdamW(param_groups(model, 0.01), lr=5e-4)
+    return optimizer, linear_warmup_decay(optimizer, steps)
+
+
+def plain_loop(model, batches: list[dict], warmup: int) -> float:
+    optimizer, scheduler = optimizer_for(model, len(batches))
+    model.train()
+    for i, batch in enumerate(batches):
+        if i == warmup:
+            start = time.perf_counter()
+        inputs = {k: v for k, v in batch.items() if k != "labels"}
+        loss = F.cross_entropy(model(**inputs), batch["labels"])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+    pairs = sum(len(b["labels"]) for b in batches[warmup:])
+    return pairs / (time.perf_counter() - start)
+
+
+class Timer(pl.Callback):
+    def __init__(self, warmup: int) -> None:
+        self.warmup, self.start, self.end = warmup, None, None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if batch_idx == self.warmup:
+            self.start = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self.end = time.perf_counter()
+
+
+def runner(model, batches: list[dict], warmup: int) -> float:
+    def factory(params):
+        return torch.optim.AdamW(params, lr=5e-4)
+
+    task = ClassificationTask(model, 2, factory, linear_warmup_decay, weight_decay=0.01)
+    timer = Timer(warmup)
+    trainer = pl.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        callbacks=[timer],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
+    loader = DataLoader(batches, batch_size=None, shuffle=False)
+    trainer.fit(task, train_dataloaders=loader)
+    pairs = sum(len(b["labels"]) for b in batches[warmup:])
+    return pairs / (timer.end - timer.start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument(
+        "--data-dir", default=None, help="folder holding lcqmc/ (default: generated pairs)"
+    )
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--ffn", type=int, default=1024)
+    parser.add_argument("--depth", type=int, default=2)
+    parser.add_argument("--batches", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: torch's)"
+    )
+    parser.add_argument("--out", default=None, help="write the results as JSON here")
+    args = parser.parse_args()
+    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    data_dir = Path(args.data_dir) if args.data_dir else generated_data(Path(tempfile.mkdtemp()))
+    dm = LCQMCDataModule(str(data_dir), train_split="dev", batch_size=32, cache_dir=None)
+    dm.setup()
+    loader = dm.train_dataloader()
+    batches = [b for _, b in zip(range(args.batches + args.warmup), loader, strict=False)]
+    sizes = dict(hidden_size=args.hidden, heads=args.heads, ffn_size=args.ffn, depth=args.depth)
+    kwargs = {**dm.model_kwargs, **sizes}
+    variants = {
+        "custom + SDPA": {"impl": "custom", "fused_attention": True},
+        "custom, explicit softmax": {"impl": "custom", "fused_attention": False},
+        "torch TransformerEncoderLayer": {"impl": "torch"},
+    }
+    results = {
+        "sizes": sizes,
+        "threads": torch.get_num_threads(),
+        "batches": args.batches,
+        "data": "LCQMC dev (reduced protocol train split)" if args.data_dir else "generated",
+        "rows": {},
+    }
+    for name, variant in variants.items():
+        plain, run = [], []
+        for _ in range(args.repeats):
+            plain.append(plain_loop(make_model(kwargs, variant), batches, args.warmup))
+            run.append(runner(make_model(kwargs, variant), batches, args.warmup))
+        row = {
+            "plain_pairs_s": max(plain),
+            "runner_pairs_s": max(run),
+            "ratio": max(run) / max(plain),
+        }
+        results["rows"][name] = row
+        print(
+            f"{name:<32} plain {row['plain_pairs_s']:7.1f} pairs/s   runner {row['runner_pairs_s']:7.1f} pairs/s"
+            f"   ratio {row['ratio']:.3f}",
+            flush=True,
+        )
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
