@@ -42,9 +42,12 @@ def find_resumable(runs_root: Path, overrides: list[str]) -> Path | None:
     candidates = []
     for run_dir in runs_root.glob("*"):
         saved = run_dir / ".hydra" / "overrides.yaml"
-        if (run_dir / LAST_CKPT).is_file() and saved.is_file():
-            if _without_resume(yaml.safe_load(saved.read_text()) or []) == wanted:
-                candidates.append(run_dir)
+        if (
+            (run_dir / LAST_CKPT).is_file()
+            and saved.is_file()
+            and _without_resume(yaml.safe_load(saved.read_text()) or []) == wanted
+        ):
+            candidates.append(run_dir)
     return max(candidates, key=lambda d: (d / LAST_CKPT).stat().st_mtime, default=None)
 
 
@@ -107,8 +110,12 @@ class RunRecord:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():  # a resumed run: keep what the earlier attempt wrote
             attempt = 1 + len(list(self.path.parent.glob("metrics.attempt*.json")))
-            self.path.rename(self.path.with_name(f"metrics.attempt{attempt}.json"))
+            earlier = self.path.rename(self.path.with_name(f"metrics.attempt{attempt}.json"))
             self.data["resumed_from_attempt"] = attempt
+            try:  # the epochs before the interruption stay in the history
+                self.data["history"] = list(json.loads(earlier.read_text()).get("history", []))
+            except (OSError, ValueError) as err:
+                log.warning("could not read the history of %s: %s", earlier, err)
         self.save()
 
     def update(self, **fields: Any) -> None:

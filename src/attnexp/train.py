@@ -5,6 +5,7 @@ tb/ (TensorBoard), train.log and metrics.json.
 """
 
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import TensorBoardLogger
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from attnexp.build import build, check_data_dir
 from attnexp.config import register_resolvers
@@ -83,7 +85,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         # The HPARAMS tab: each run's config with its final metrics. Lightning also writes these
         # metrics as scalars at step 0, so they get their own tags (final/...) rather than adding a
         # stray step-0 point to the per-epoch val/acc curve.
-        final = {f"final/{k}": v for k, v in metrics.items()}
+        final = {f"final/{k}": v for k, v in metrics.items() if k.startswith(("val/", "test/"))}
         tb_logger.log_hyperparams(flatten_hparams(hparams), metrics=final)
     return metrics
 
@@ -121,6 +123,8 @@ def run(cfg: DictConfig) -> dict[str, float]:
         metrics = fit_and_test(cfg, run_dir, record)
     except BaseException as err:  # Ctrl-C and crashes alike leave status=failed behind
         record.fail(err)
+        if isinstance(err, SIGTERMException):  # a SystemExit with code 0: make it a failure
+            raise SystemExit(128 + signal.SIGTERM) from err
         raise
     record.complete(metrics)
     log.info("run dir: %s", run_dir)
