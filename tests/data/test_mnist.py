@@ -1,0 +1,73 @@
+import gzip
+import logging
+
+import numpy as np
+import pytest
+import torch
+from mnist_data import FILES, idx_bytes, write_mnist
+
+from attnexp.data.mnist import load_mnist, read_idx
+from attnexp.errors import ConfigError
+
+
+def test_read_idx_roundtrip(tmp_path):
+    array = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
+    path = tmp_path / "x.gz"
+    path.write_bytes(gzip.compress(idx_bytes(array)))
+    assert np.array_equal(read_idx(path, 3), array)
+
+
+def test_load_local(tmp_path):
+    write_mnist(tmp_path, num_train=20, num_test=10)
+    splits, source = load_mnist(tmp_path, "auto")
+    assert source == "local"
+    images, labels = splits["train"]
+    assert images.shape == (20, 28, 28) and images.dtype == torch.uint8
+    assert labels.dtype == torch.int64 and labels.tolist() == [i % 10 for i in range(20)]
+    assert splits["test"][0].shape == (10, 28, 28)
+
+
+def test_missing_file(tmp_path):
+    folder = write_mnist(tmp_path, 20, 10)
+    (folder / FILES["test"][1]).unlink()
+    with pytest.raises(ConfigError, match=r"missing t10k-labels-idx1-ubyte.gz in .*mnist"):
+        load_mnist(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "content,match",
+    [
+        (b"not gzip at all", "not a readable gzip IDX file"),
+        (
+            gzip.compress(idx_bytes(np.zeros((4, 28, 28), np.uint8)))[:-12],
+            "not a readable gzip IDX file",
+        ),
+        (gzip.compress(b"\x00\x00\x09\x03" + b"\x00" * 20), "bad IDX header"),
+        (gzip.compress(idx_bytes(np.zeros((4, 28, 28), np.uint8))[:-5]), "truncated"),
+    ],
+)
+def test_corrupt_file(tmp_path, content, match):
+    folder = write_mnist(tmp_path, 20, 10)
+    (folder / FILES["train"][0]).write_bytes(content)
+    with pytest.raises(ConfigError, match=match):
+        load_mnist(tmp_path)
+
+
+def test_image_label_count_mismatch(tmp_path):
+    folder = write_mnist(tmp_path, 20, 10)
+    (folder / FILES["train"][1]).write_bytes(gzip.compress(idx_bytes(np.zeros(19, np.uint8))))
+    with pytest.raises(ConfigError, match="20 images but 19 labels"):
+        load_mnist(tmp_path)
+
+
+def test_sources(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING):
+        splits, source = load_mnist(tmp_path / "nowhere", "auto")  # offline in tests
+    assert source == "sample" and "SAMPLE" in caplog.text
+    assert splits["train"][0].shape[1:] == (28, 28) and len(splits["train"][0]) >= 1000
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_mnist(tmp_path / "nowhere", "local")
+    with pytest.raises(
+        ConfigError, match=r"data.source 'disk' is not one of auto, local, hub, sample"
+    ):
+        load_mnist(tmp_path, "disk")

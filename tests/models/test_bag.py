@@ -1,0 +1,66 @@
+import pytest
+import torch
+
+from attnexp.errors import ConfigError
+from attnexp.models.bag import BagAttention, BagMLP
+from attnexp.modules import AdditiveScorer, DotScorer
+from attnexp.modules.masking import lengths_to_mask
+
+B, T, S, C = 4, 3, 28, 10
+
+
+def bags(sizes=(3, 2, 1, 3), max_size=T):
+    torch.manual_seed(0)
+    mask = lengths_to_mask(torch.tensor(sizes), max_size)
+    items = torch.randn(len(sizes), max_size, 1, S, S) * mask[:, :, None, None, None]
+    return items, mask
+
+
+@pytest.mark.parametrize("backbone", ["mlp", "conv"])
+@pytest.mark.parametrize(
+    "attention,scorer", [("simple", None), ("context", AdditiveScorer), ("context", DotScorer)]
+)
+def test_bag_attention_shapes_weights_and_padding(backbone, attention, scorer):
+    torch.manual_seed(0)
+    model = BagAttention(
+        C, S, hidden_size=16, backbone=backbone, attention=attention, scorer=scorer
+    ).eval()
+    items, mask = bags()
+    logits, weights = model(items, mask, return_attention=True)
+    assert logits.shape == (B, C) and weights.shape == (B, T)
+    assert torch.allclose(weights.sum(-1), torch.ones(B)) and (weights[~mask] == 0).all()
+    assert torch.equal(model(items, mask), logits)
+    noisy = items.clone()
+    noisy[~mask] = 7.0  # padded slots' content must not matter
+    assert torch.allclose(model(noisy, mask), logits, atol=1e-5)
+
+
+def test_bag_attention_any_bag_size_and_gradients():
+    model = BagAttention(C, S, hidden_size=16, scorer=AdditiveScorer)
+    items, mask = bags((7, 1), max_size=7)
+    model(items, mask).sum().backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def test_bag_mlp_pads_smaller_bags_and_rejects_larger():
+    model = BagMLP(C, bag_size=T, image_size=S, hidden_size=16).eval()
+    items, mask = bags()
+    logits = model(items, mask)
+    assert logits.shape == (B, C)
+    logits2, attention = model(items[:, :2], mask[:, :2], return_attention=True)
+    assert logits2.shape == (B, C) and attention is None
+    with pytest.raises(ConfigError, match="at most 3 items, got 4"):
+        model(*bags((4, 4), max_size=4))
+
+
+def test_errors():
+    with pytest.raises(
+        ConfigError, match=r"attention 'global' is not one of simple, context \(set model.attention"
+    ):
+        BagAttention(C, S, attention="global", scorer=AdditiveScorer)
+    with pytest.raises(ConfigError, match="needs a scorer"):
+        BagAttention(C, S, attention="context", scorer=None)
+    with pytest.raises(
+        ConfigError, match=r"backbone 'resnet' is not one of mlp, conv \(set model.backbone"
+    ):
+        BagAttention(C, S, backbone="resnet", scorer=AdditiveScorer)

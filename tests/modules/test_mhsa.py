@@ -1,0 +1,98 @@
+import pytest
+import torch
+from torch import nn
+
+from attnexp.errors import ConfigError
+from attnexp.modules import MultiHeadSelfAttention
+from attnexp.modules.masking import lengths_to_mask
+
+B, T, E, NH = 2, 5, 8, 2
+
+
+def pair(bias: bool = True):
+    torch.manual_seed(0)
+    ours = MultiHeadSelfAttention(E, NH, bias=bias).eval()
+    ref = nn.MultiheadAttention(E, NH, bias=bias, batch_first=True).eval()
+    with torch.no_grad():  # same layout: in_proj (3E, E) = [W_q; W_k; W_v], then out_proj
+        ref.in_proj_weight.copy_(ours.in_proj.weight)
+        ref.out_proj.weight.copy_(ours.out_proj.weight)
+        if bias:
+            ref.in_proj_bias.copy_(ours.in_proj.bias)
+            ref.out_proj.bias.copy_(ours.out_proj.bias)
+    return ours, ref
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("bias", [True, False])
+def test_equals_nn_multihead_attention(need_weights, masked, bias):
+    ours, ref = pair(bias)
+    x = torch.randn(B, T, E)
+    mask = lengths_to_mask(torch.tensor([3, 5]), T) if masked else None
+    out, weights = ours(x, mask, need_weights=need_weights)
+    ref_out, ref_weights = ref(
+        x,
+        x,
+        x,
+        key_padding_mask=None if mask is None else ~mask,
+        need_weights=True,
+        average_attn_weights=False,
+    )
+    assert out.shape == (B, T, E)
+    assert torch.allclose(out, ref_out, atol=1e-5)
+    if need_weights:
+        assert weights.shape == (B, NH, T, T)
+        assert torch.allclose(weights, ref_weights, atol=1e-5)
+    else:
+        assert weights is None
+
+
+def test_weights_rows_sum_to_one_and_padded_keys_get_zero():
+    ours, _ = pair()
+    mask = lengths_to_mask(torch.tensor([3, 5]), T)
+    x = torch.randn(B, T, E)
+    out, weights = ours(x, mask, need_weights=True)
+    assert torch.allclose(weights.sum(-1), torch.ones(B, NH, T))
+    assert (weights[0, :, :, 3:] == 0).all()
+    noisy = x.clone()
+    noisy[0, 3:] = 50.0
+    out2, _ = ours(noisy, mask)
+    assert torch.allclose(out2[0, :3], out[0, :3], atol=1e-5)  # real positions unchanged
+
+
+def test_all_padding_sequence_stays_finite():
+    ours, _ = pair()
+    mask = torch.tensor([[False] * T, [True] * T])
+    for need_weights in (False, True):
+        out, _ = ours(torch.randn(B, T, E), mask, need_weights=need_weights)
+        assert torch.isfinite(out).all()
+
+
+def test_gradients_flow_and_bf16():
+    ours, _ = pair()
+    ours.train()
+    x = torch.randn(B, T, E, requires_grad=True)
+    out, _ = ours(x, lengths_to_mask(torch.tensor([3, 5]), T))
+    out.sum().backward()
+    assert x.grad.abs().sum() > 0 and all(p.grad is not None for p in ours.parameters())
+    ours16 = ours.eval().to(torch.bfloat16)
+    for need_weights in (False, True):
+        out16, _ = ours16(
+            x.detach().bfloat16(), torch.tensor([[True] * 3 + [False] * 2] * B), need_weights
+        )
+        assert out16.dtype == torch.bfloat16 and torch.isfinite(out16).all()
+
+
+def test_dropout_only_in_training():
+    torch.manual_seed(0)
+    layer = MultiHeadSelfAttention(E, NH, dropout=0.5).eval()
+    x = torch.randn(B, T, E)
+    assert torch.equal(layer(x)[0], layer(x)[0])
+    layer.train()
+    assert not torch.allclose(layer(x, need_weights=True)[0], layer(x, need_weights=True)[0])
+
+
+@pytest.mark.parametrize("heads", [3, 0])
+def test_hidden_not_divisible_by_heads(heads):
+    with pytest.raises(ConfigError, match=rf"hidden size 8 is not divisible by heads={heads}"):
+        MultiHeadSelfAttention(8, heads)

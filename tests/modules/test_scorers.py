@@ -1,0 +1,86 @@
+import math
+
+import pytest
+import torch
+
+from attnexp.errors import ConfigError
+from attnexp.modules.scorers import (
+    AdditiveScorer,
+    BilinearScorer,
+    DotScorer,
+    ScaledDotScorer,
+    Scorer,
+    SimpleScorer,
+)
+
+B, T, H = 2, 5, 8
+SCORERS = [AdditiveScorer, BilinearScorer, DotScorer, ScaledDotScorer, SimpleScorer]
+
+
+@pytest.mark.parametrize("cls", SCORERS)
+def test_shapes_and_gradients(cls):
+    torch.manual_seed(0)
+    scorer = cls(key_dim=H, query_dim=H)
+    keys = torch.randn(B, T, H, requires_grad=True)
+    query = torch.randn(B, H, requires_grad=True) if scorer.needs_query else None
+    scores = scorer(keys, query)
+    assert scores.shape == (B, T)
+    scores.sum().backward()
+    assert keys.grad is not None and keys.grad.abs().sum() > 0
+    if query is not None:
+        assert query.grad is not None and query.grad.abs().sum() > 0
+    for name, param in scorer.named_parameters():
+        assert param.grad is not None, name
+
+
+@pytest.mark.parametrize("cls", SCORERS)
+def test_bf16(cls):
+    scorer = cls(key_dim=H, query_dim=H).to(torch.bfloat16)
+    keys = torch.randn(B, T, H, dtype=torch.bfloat16)
+    query = torch.randn(B, H, dtype=torch.bfloat16) if scorer.needs_query else None
+    scores = scorer(keys, query)
+    assert scores.dtype == torch.bfloat16 and torch.isfinite(scores).all()
+
+
+def test_dot_and_scaled_dot_values():
+    keys, query = torch.randn(B, T, H), torch.randn(B, H)
+    expected = (keys * query[:, None, :]).sum(-1)
+    assert torch.allclose(DotScorer(H, H)(keys, query), expected, atol=1e-6)
+    assert torch.allclose(ScaledDotScorer(H, H)(keys, query), expected / math.sqrt(H), atol=1e-6)
+
+
+def test_additive_value_and_different_sizes():
+    scorer = AdditiveScorer(key_dim=H, query_dim=3, attn_dim=4)
+    keys, query = torch.randn(B, T, H), torch.randn(B, 3)
+    hidden = torch.tanh(
+        keys @ scorer.key_proj.weight.T
+        + (query @ scorer.query_proj.weight.T + scorer.query_proj.bias)[:, None]
+    )
+    assert torch.allclose(scorer(keys, query), (hidden @ scorer.v.weight.T).squeeze(-1), atol=1e-6)
+
+
+def test_bilinear_value_and_identity_init():
+    scorer = BilinearScorer(key_dim=H, query_dim=4)
+    keys, query = torch.randn(B, T, H), torch.randn(B, 4)
+    expected = ((keys @ scorer.weight) * query[:, None, :]).sum(-1)  # k^T W q per item
+    assert torch.allclose(scorer(keys, query), expected, atol=1e-5)
+    torch.manual_seed(0)
+    ident = BilinearScorer(H, H, identity_init=True)
+    assert torch.allclose(ident.weight, torch.eye(H) / math.sqrt(H), atol=0.05)
+    assert not torch.equal(ident.weight, torch.eye(H) / math.sqrt(H))  # plus small noise
+
+
+@pytest.mark.parametrize("cls", [DotScorer, ScaledDotScorer])
+def test_dot_scorers_need_equal_sizes(cls):
+    with pytest.raises(ConfigError, match=r"key_dim=8 and query_dim=4.*scorer=additive"):
+        cls(key_dim=8, query_dim=4)
+
+
+def test_bilinear_identity_init_needs_equal_sizes():
+    with pytest.raises(ConfigError, match="same size"):
+        BilinearScorer(8, 4, identity_init=True)
+
+
+def test_simple_scorer_needs_no_query():
+    assert not SimpleScorer.needs_query and Scorer.needs_query
+    assert SimpleScorer(H)(torch.randn(B, T, H)).shape == (B, T)
