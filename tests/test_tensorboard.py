@@ -1,0 +1,89 @@
+"""TensorBoard over a finished run: the scalars, images (attention) and hparams plugins list its tags."""
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from cli_helpers import TINY, run_cli
+
+XSRF = {"X-XSRF-Protected": "1", "Content-Type": "application/json"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def fetch(url: str, body: dict | None = None, timeout: float = 10):
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers=XSRF if data else {})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+@pytest.fixture
+def tensorboard(tmp_path):
+    """(base url, run name) of TensorBoard serving one finished tiny run."""
+    result = run_cli(tmp_path, *TINY, "trainer.max_epochs=2")
+    assert result.returncode == 0, result.stderr[-4000:]
+    (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tensorboard.main", "--logdir", str(tmp_path / "outputs"), "--host",
+         "127.0.0.1", "--port", str(port), "--load_fast", "false", "--reload_interval", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    base, run = f"http://127.0.0.1:{port}", f"runs/{run_dir.name}/tb"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                if run in fetch(f"{base}/data/runs", timeout=2):
+                    # the first load has finished once the images plugin sees the figure
+                    if run in fetch(f"{base}/data/plugin/images/tags", timeout=5):
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None:
+                pytest.fail(f"tensorboard exited: {proc.stderr.read()[-2000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail("tensorboard did not list the run within 90 s")
+            time.sleep(0.5)
+        yield base, run, Path(run_dir)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_tensorboard_lists_scalars_images_and_hparams(tensorboard):
+    base, run, run_dir = tensorboard
+    scalars = fetch(f"{base}/data/plugin/scalars/tags")[run]
+    assert {"train/loss_epoch", "val/acc", "val/loss", "test/acc", "test/acc_bag3"} <= set(scalars)
+    assert "hp_metric" not in scalars  # no stuck placeholder metric
+    images = fetch(f"{base}/data/plugin/images/tags")[run]
+    assert any("attention" in tag for tag in images)
+
+    experiment = fetch(f"{base}/data/plugin/hparams/experiment", {"experimentName": ""})
+    hparams = {h["name"] for h in experiment["hparamInfos"]}
+    assert {"model._target_", "model.hidden_size", "scorer._target_", "seed"} <= hparams
+    metric_tags = {m["name"]["tag"] for m in experiment["metricInfos"]}
+    assert {"final/val/acc_best", "final/test/acc"} <= metric_tags
+
+    groups = fetch(f"{base}/data/plugin/hparams/session_groups", {
+        "experimentName": "", "startIndex": 0, "sliceSize": 10, "colParams": [],
+        "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"],
+    })["sessionGroups"]
+    (group,) = [g for g in groups if g["name"] == run]
+    assert group["hparams"]["model.hidden_size"] == 16
+    values = {m["name"]["tag"]: m["value"] for m in group["metricValues"]}
+    record = json.loads((run_dir / "metrics.json").read_text())["metrics"]
+    assert values["final/test/acc"] == pytest.approx(record["test/acc"])
