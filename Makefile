@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: help setup quickstart test test-all lint format sweep tensorboard bench clean
+.PHONY: help setup quickstart test test-all lint format sweep report tensorboard bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -40,6 +40,9 @@ format: setup  ## ruff fix and format
 
 sweep: setup  ## the bag-of-digits comparison as one sweep
 	$(BIN)/python -m attnexp -m model=bag_attn scorer=additive,dot,scaled_dot,bilinear
+
+report: setup  ## report of the newest sweep under outputs/multiruns (or DIR=<dir>): report.md, .csv, plots
+	$(BIN)/python -m attnexp.report $(or $(DIR),$(lastword $(sort $(wildcard outputs/multiruns/*))),outputs)
 
 tensorboard: setup  ## serve outputs/ on http://127.0.0.1:6006
 	$(BIN)/tensorboard --logdir outputs --host 127.0.0.1 --port 6006

@@ -20,12 +20,28 @@ TINY = [
 ]
 
 
-def run_cli(tmp_path: Path, *args: str, module: str = "attnexp", timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-           "PYTHONWARNINGS": "ignore"}
+def run_cli(
+    tmp_path: Path, *args: str, module: str = "attnexp", timeout: float = 300
+) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONWARNINGS": "ignore",
+    }
     (tmp_path / "data").mkdir(exist_ok=True)  # empty: data.source=sample serves the bags
     flags = [a for a in args if a.startswith("-")]  # -m etc. before the overrides
     overrides = [a for a in args if not a.startswith("-")]
-    cmd = [sys.executable, "-m", module, *flags, f"paths.log_dir={tmp_path}/outputs",
-           f"paths.data_dir={tmp_path}/data", *overrides]
-    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
+    cmd = [
+        sys.executable,
+        "-m",
+        module,
+        *flags,
+        f"paths.log_dir={tmp_path}/outputs",
+        f"paths.data_dir={tmp_path}/data",
+        *overrides,
+    ]
+    return subprocess.run(
+        cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+    )

@@ -9,11 +9,19 @@ import pytest
 from attnexp import report
 
 
-def write_run(root, name, status="completed", seed=0, overrides=(), metrics=None, history=None, error=None):
+def write_run(
+    root, name, status="completed", seed=0, overrides=(), metrics=None, history=None, error=None
+):
     run_dir = root / name
     run_dir.mkdir(parents=True)
-    record = {"status": status, "seed": seed, "overrides": list(overrides), "metrics": metrics or {},
-              "history": history or [], "duration_s": 1.5}
+    record = {
+        "status": status,
+        "seed": seed,
+        "overrides": list(overrides),
+        "metrics": metrics or {},
+        "history": history or [],
+        "duration_s": 1.5,
+    }
     if error:
         record["error"] = error
     (run_dir / "metrics.json").write_text(json.dumps(record))
@@ -21,8 +29,14 @@ def write_run(root, name, status="completed", seed=0, overrides=(), metrics=None
 
 
 def bag_metrics(acc):
-    return {"val/acc": acc, "val/acc_best": acc, "test/acc": acc - 0.01,
-            "test/acc_bag1": acc + 0.02, "test/acc_bag3": acc - 0.01, "test/acc_bag6": acc - 0.05}
+    return {
+        "val/acc": acc,
+        "val/acc_best": acc,
+        "test/acc": acc - 0.01,
+        "test/acc_bag1": acc + 0.02,
+        "test/acc_bag3": acc - 0.01,
+        "test/acc_bag6": acc - 0.05,
+    }
 
 
 def curve(*accs):
@@ -37,22 +51,49 @@ def sweep(tmp_path):
     for scorer, base in (("dot", 0.90), ("additive", 0.80)):
         for seed in (0, 1):
             acc = base + 0.02 * seed
-            write_run(root, f"{num}_scorer={scorer},seed={seed}", seed=seed,
-                      overrides=[f"scorer={scorer}", f"seed={seed}", "trainer.max_epochs=2"],
-                      metrics=bag_metrics(acc), history=curve(acc - 0.1, acc))
+            write_run(
+                root,
+                f"{num}_scorer={scorer},seed={seed}",
+                seed=seed,
+                overrides=[f"scorer={scorer}", f"seed={seed}", "trainer.max_epochs=2"],
+                metrics=bag_metrics(acc),
+                history=curve(acc - 0.1, acc),
+            )
             num += 1
-    write_run(root, "4_scorer=bilinear,seed=0", status="failed", overrides=["scorer=bilinear", "seed=0",
-              "trainer.max_epochs=2"], error="ValueError: boom\nmore lines")
-    write_run(root, "5_scorer=bilinear,seed=1", status="running", seed=1,
-              overrides=["scorer=bilinear", "seed=1", "trainer.max_epochs=2"], history=curve(0.5))
+    write_run(
+        root,
+        "4_scorer=bilinear,seed=0",
+        status="failed",
+        overrides=["scorer=bilinear", "seed=0", "trainer.max_epochs=2"],
+        error="ValueError: boom\nmore lines",
+    )
+    write_run(
+        root,
+        "5_scorer=bilinear,seed=1",
+        status="running",
+        seed=1,
+        overrides=["scorer=bilinear", "seed=1", "trainer.max_epochs=2"],
+        history=curve(0.5),
+    )
     return root
 
 
 def test_report_rows_statuses_and_metrics(sweep):
     written = report.write_report(sweep)
     rows = list(csv.DictReader(written["csv"].open()))
-    assert [r["run"] for r in rows] == [f"{i}_scorer={s},seed={k}" for i, (s, k) in enumerate(
-        [("dot", 0), ("dot", 1), ("additive", 0), ("additive", 1), ("bilinear", 0), ("bilinear", 1)])]
+    assert [r["run"] for r in rows] == [
+        f"{i}_scorer={s},seed={k}"
+        for i, (s, k) in enumerate(
+            [
+                ("dot", 0),
+                ("dot", 1),
+                ("additive", 0),
+                ("additive", 1),
+                ("bilinear", 0),
+                ("bilinear", 1),
+            ]
+        )
+    ]
     assert [r["status"] for r in rows] == ["completed"] * 4 + ["failed", "running"]
     # only what varies becomes a column; seeds get their own column
     assert "scorer" in rows[0] and "trainer.max_epochs" not in rows[0]

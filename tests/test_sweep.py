@@ -40,13 +40,22 @@ def test_sweep_with_a_failing_job_then_report(tmp_path):
 
 
 def test_sweep_subdir_names_only_the_swept_overrides(tmp_path):
-    OmegaConf.save({"hydra": {"overrides": {"task": ["seed=0,1", "trainer.max_epochs=2", "model.hidden_size=8"]},
-                              "sweeper": {"params": {"+experiment/bag": "mlp,dot"}}}}, tmp_path / "multirun.yaml")
+    OmegaConf.save(
+        {
+            "hydra": {
+                "overrides": {"task": ["seed=0,1", "trainer.max_epochs=2", "model.hidden_size=8"]},
+                "sweeper": {"params": {"+experiment/bag": "mlp,dot"}},
+            }
+        },
+        tmp_path / "multirun.yaml",
+    )
     assert swept_keys(tmp_path) == {"seed", "experiment/bag"}
     job = ["seed=1", "trainer.max_epochs=2", "model.hidden_size=8", "+experiment/bag=dot"]
     assert sweep_subdir(3, str(tmp_path), job, "fallback") == "3_seed=1,bag=dot"
     # no multirun.yaml (e.g. Optuna): the sweeper's params, else Hydra's override_dirname
-    assert sweep_subdir(0, str(tmp_path / "x"), job, "all,of=them", {"seed": "range(3)"}) == "0_seed=1"
+    assert (
+        sweep_subdir(0, str(tmp_path / "x"), job, "all,of=them", {"seed": "range(3)"}) == "0_seed=1"
+    )
     assert sweep_subdir(0, str(tmp_path / "x"), job, "all,of=them") == "0_all,of=them"
     long = sweep_subdir(0, str(tmp_path), ["seed=" + "9" * 400], "")
     assert len(long) < 200
@@ -54,11 +63,14 @@ def test_sweep_subdir_names_only_the_swept_overrides(tmp_path):
 
 @pytest.mark.parametrize(
     ("variant", "target", "backbone", "attention", "scorer"),
-    [("mlp", "BagMLP", None, None, None), ("simple", "BagAttention", "mlp", "simple", None),
-     ("dot", "BagAttention", "mlp", "context", "DotScorer"),
-     ("bilinear", "BagAttention", "mlp", "context", "BilinearScorer"),
-     ("additive", "BagAttention", "mlp", "context", "AdditiveScorer"),
-     ("conv", "BagAttention", "conv", "context", "AdditiveScorer")],
+    [
+        ("mlp", "BagMLP", None, None, None),
+        ("simple", "BagAttention", "mlp", "simple", None),
+        ("dot", "BagAttention", "mlp", "context", "DotScorer"),
+        ("bilinear", "BagAttention", "mlp", "context", "BilinearScorer"),
+        ("additive", "BagAttention", "mlp", "context", "AdditiveScorer"),
+        ("conv", "BagAttention", "conv", "context", "AdditiveScorer"),
+    ],
 )
 def test_bag_table_rows_compose(compose_cfg, variant, target, backbone, attention, scorer):
     cfg = compose_cfg("experiment=bag_table", f"+experiment/bag={variant}")
@@ -67,11 +79,23 @@ def test_bag_table_rows_compose(compose_cfg, variant, target, backbone, attentio
     if scorer is not None:
         assert cfg.scorer._target_.endswith(scorer)
     params = cfg.hydra.sweeper.params
-    assert params["+experiment/bag"].split(",") == ["mlp", "simple", "dot", "bilinear", "additive", "conv"]
+    assert params["+experiment/bag"].split(",") == [
+        "mlp",
+        "simple",
+        "dot",
+        "bilinear",
+        "additive",
+        "conv",
+    ]
 
 
-@pytest.mark.parametrize(("launcher", "plugin"), [("parallel", "hydra_plugins.hydra_joblib_launcher"),
-                                                  ("slurm", "hydra_plugins.hydra_submitit_launcher")])
+@pytest.mark.parametrize(
+    ("launcher", "plugin"),
+    [
+        ("parallel", "hydra_plugins.hydra_joblib_launcher"),
+        ("slurm", "hydra_plugins.hydra_submitit_launcher"),
+    ],
+)
 def test_launcher_configs_compose(compose_cfg, launcher, plugin):
     if importlib.util.find_spec(plugin) is None:
         pytest.skip(f"{plugin} not installed (pip install -e '.[sweep]')")

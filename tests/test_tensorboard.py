@@ -35,19 +35,35 @@ def tensorboard(tmp_path):
     (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tensorboard.main", "--logdir", str(tmp_path / "outputs"), "--host",
-         "127.0.0.1", "--port", str(port), "--load_fast", "false", "--reload_interval", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "tensorboard.main",
+            "--logdir",
+            str(tmp_path / "outputs"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--load_fast",
+            "false",
+            "--reload_interval",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     base, run = f"http://127.0.0.1:{port}", f"runs/{run_dir.name}/tb"
     try:
         deadline = time.monotonic() + 90
         while True:
             try:
-                if run in fetch(f"{base}/data/runs", timeout=2):
-                    # the first load has finished once the images plugin sees the figure
-                    if run in fetch(f"{base}/data/plugin/images/tags", timeout=5):
-                        break
+                # the first load has finished once the images plugin sees the figure
+                if run in fetch(f"{base}/data/runs", timeout=2) and run in fetch(
+                    f"{base}/data/plugin/images/tags", timeout=5
+                ):
+                    break
             except OSError:
                 pass
             if proc.poll() is not None:
@@ -78,10 +94,21 @@ def test_tensorboard_lists_scalars_images_and_hparams(tensorboard):
     metric_tags = {m["name"]["tag"] for m in experiment["metricInfos"]}
     assert {"final/val/acc_best", "final/test/acc"} <= metric_tags
 
-    groups = fetch(f"{base}/data/plugin/hparams/session_groups", {
-        "experimentName": "", "startIndex": 0, "sliceSize": 10, "colParams": [],
-        "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"],
-    })["sessionGroups"]
+    groups = fetch(
+        f"{base}/data/plugin/hparams/session_groups",
+        {
+            "experimentName": "",
+            "startIndex": 0,
+            "sliceSize": 10,
+            "colParams": [],
+            "allowedStatuses": [
+                "STATUS_UNKNOWN",
+                "STATUS_SUCCESS",
+                "STATUS_FAILURE",
+                "STATUS_RUNNING",
+            ],
+        },
+    )["sessionGroups"]
     (group,) = [g for g in groups if g["name"] == run]
     assert group["hparams"]["model.hidden_size"] == 16
     values = {m["name"]["tag"]: m["value"] for m in group["metricValues"]}

@@ -118,8 +118,15 @@ def run_rows(runs: list[Run]) -> tuple[list[str], list[dict]]:
     header = ["run", "status", "seed", *varied, "epochs", "duration_s", *metrics, "error"]
     rows = []
     for run in runs:
-        row = {"run": run.name, "status": run.status, "seed": run.seed, **run.variant,
-               "epochs": len(run.history), "duration_s": run.duration_s, "error": run.error}
+        row = {
+            "run": run.name,
+            "status": run.status,
+            "seed": run.seed,
+            **run.variant,
+            "epochs": len(run.history),
+            "duration_s": run.duration_s,
+            "error": run.error,
+        }
         row.update({k: run.metrics.get(k) for k in metrics})
         rows.append(row)
     return header, rows
@@ -180,9 +187,17 @@ def runs_markdown(runs: list[Run]) -> str:
     rows = []
     for run in runs:
         error = " ".join(run.error.split())[:200]
-        rows.append([run.name, _status_cell(run.status), _fmt(run.seed),
-                     *(run.variant.get(k, "-") for k in varied), str(len(run.history)),
-                     *(_fmt(run.metrics.get(m)) for m in metrics), error])
+        rows.append(
+            [
+                run.name,
+                _status_cell(run.status),
+                _fmt(run.seed),
+                *(run.variant.get(k, "-") for k in varied),
+                str(len(run.history)),
+                *(_fmt(run.metrics.get(m)) for m in metrics),
+                error,
+            ]
+        )
     return markdown_table(header, rows)
 
 
@@ -199,7 +214,9 @@ def bag_size_curves(runs: list[Run]) -> dict[str, dict[int, list[float]]]:
     return curves
 
 
-def val_curves(runs: list[Run], metric: str = "val/acc") -> dict[str, list[list[tuple[int, float]]]]:
+def val_curves(
+    runs: list[Run], metric: str = "val/acc"
+) -> dict[str, list[list[tuple[int, float]]]]:
     """variant -> one (epoch, value) list per run (running runs too: their epochs so far)."""
     curves: dict[str, list[list[tuple[int, float]]]] = {}
     for run in runs:
@@ -217,7 +234,9 @@ def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
     out_dir = Path(out_dir) if out_dir is not None else root
     runs = find_runs(root)
     if not runs:
-        raise FileNotFoundError(f"no {METRICS_FILE} under {root} (give a multirun dir or a folder of run dirs)")
+        raise FileNotFoundError(
+            f"no {METRICS_FILE} under {root} (give a multirun dir or a folder of run dirs)"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
 
@@ -251,7 +270,10 @@ def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
         runs_markdown(runs),
         "",
     ]
-    for key, title in (("val_acc", "Validation accuracy per epoch"), ("bag_size", "Test accuracy against bag size")):
+    for key, title in (
+        ("val_acc", "Validation accuracy per epoch"),
+        ("bag_size", "Test accuracy against bag size"),
+    ):
         if key in written:
             parts += [f"## {title}", "", f"![{title}]({written[key].name})", ""]
     written["markdown"] = out_dir / "report.md"
@@ -260,7 +282,9 @@ def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attnexp.report", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m attnexp.report", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("dir", type=Path, help="a multirun dir, or any folder holding run dirs")
     parser.add_argument("--out", type=Path, default=None, help="where to write (default: DIR)")
     args = parser.parse_args(argv)

@@ -52,7 +52,11 @@ def sweep_subdir(num: int, sweep_dir: str, overrides: list[str], fallback: str, 
     """
     keys = (swept_keys(sweep_dir) or set()) | {str(k).lstrip("+~") for k in (params or {})}
     parser = OverridesParser.create()
-    varied = [o.input_line for o in parser.parse_overrides(list(overrides)) if keys and o.key_or_group in keys]
+    varied = [
+        o.input_line
+        for o in parser.parse_overrides(list(overrides))
+        if keys and o.key_or_group in keys
+    ]
     name = ",".join(_short(line) for line in varied) if varied else fallback
     name = re.sub(r"[^\w=,.\-\[\]+:@]", "_", name)
     if len(name) > MAX_NAME:

@@ -8,8 +8,11 @@ from matplotlib.figure import Figure
 COLORS = [f"C{i}" for i in range(10)]
 
 
-def plot_val_curves(curves: dict[str, list[list[tuple[int, float]]]], path: Path,
-                    ylabel: str = "validation accuracy") -> Path:
+def plot_val_curves(
+    curves: dict[str, list[list[tuple[int, float]]]],
+    path: Path,
+    ylabel: str = "validation accuracy",
+) -> Path:
     """One colour per variant, one line per run (seed); x = epoch (0-based, as logged)."""
     fig = Figure(figsize=(7, 4.5), layout="constrained")
     ax = fig.add_subplot()
@@ -17,8 +20,15 @@ def plot_val_curves(curves: dict[str, list[list[tuple[int, float]]]], path: Path
         color = COLORS[i % len(COLORS)]
         for j, points in enumerate(runs):
             epochs, values = zip(*sorted(points), strict=True)
-            ax.plot(epochs, values, color=color, marker="o", markersize=3, alpha=0.85,
-                    label=f"{label} (n={len(runs)})" if j == 0 else None)
+            ax.plot(
+                epochs,
+                values,
+                color=color,
+                marker="o",
+                markersize=3,
+                alpha=0.85,
+                label=f"{label} (n={len(runs)})" if j == 0 else None,
+            )
     ax.set_xlabel("epoch")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
@@ -35,8 +45,16 @@ def plot_bag_sizes(curves: dict[str, dict[int, list[float]]], path: Path) -> Pat
         sizes = sorted(by_size)
         means = [statistics.mean(by_size[n]) for n in sizes]
         stds = [statistics.stdev(by_size[n]) if len(by_size[n]) > 1 else 0.0 for n in sizes]
-        ax.errorbar(sizes, means, yerr=stds, color=COLORS[i % len(COLORS)], marker="o",
-                    markersize=3, capsize=2, label=label)
+        ax.errorbar(
+            sizes,
+            means,
+            yerr=stds,
+            color=COLORS[i % len(COLORS)],
+            marker="o",
+            markersize=3,
+            capsize=2,
+            label=label,
+        )
     ax.set_xlabel("digits per bag (test)")
     ax.set_ylabel("test accuracy")
     ax.grid(alpha=0.3)
