@@ -1,6 +1,7 @@
 """What every attnexp DataModule offers the runner besides Lightning's hooks."""
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
@@ -44,6 +45,37 @@ class AttnDataModule(pl.LightningDataModule):
 
     def load_artifacts(self, run_dir: str) -> None:
         """Read back what `save_artifacts` wrote (called before setup by evaluate/predict)."""
+
+    # --- raw inputs (`python -m attnexp.predict`) ------------------------------------------------
+    # `raw_fields` names the CLI keys of one example (("text",), or ("text_a", "text_b") for pairs);
+    # a `texts_file` line holds them tab-separated in this order.
+    raw_fields: tuple[str, ...] = ()
+
+    def check_raw(self, example: dict[str, str]) -> str | None:
+        """Why this example cannot be classified (e.g. it is empty), or None if it can."""
+        return None
+
+    def raw_notes(self, example: dict[str, str]) -> list[str]:
+        """Things the user should know about how the example was read (truncated, unknown words)."""
+        return []
+
+    def encode_raw(self, examples: list[dict[str, str]]) -> dict[str, torch.Tensor]:
+        """Raw examples -> a model batch (no labels), exactly as in training."""
+        raise NotImplementedError(f"{type(self).__name__} does not support predict on raw inputs")
+
+    def prediction_label(self, class_index: int) -> str:
+        """Readable name of a class."""
+        return str(class_index)
+
+    def prediction_figures(self, batch: dict[str, torch.Tensor], probs: torch.Tensor, attention: Any,
+                           out_stems: list[Path | None]) -> list[Path]:
+        """Draw example i's attention to files `out_stems[i]`.png/.html/... (None: skip it); returns
+        the paths written.
+
+        batch: from `encode_raw`; probs (B, classes); attention: what the model returned with
+        `return_attention=True` (None: nothing to draw).
+        """
+        return []
 
     def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor] | None:
         """A fixed batch whose attention is drawn every validation epoch (None: no figure)."""

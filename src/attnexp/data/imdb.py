@@ -1,0 +1,387 @@
+"""IMDB movie reviews (Maas et al. 2011): binary sentiment, 25k train / 25k test.
+
+Sources (`data.source=auto` tries them in order): `<data_dir>/imdb/{train,test}.parquet` (columns
+`text`, `label`) or the original `aclImdb/{train,test}/{pos,neg}/*.txt` layout under
+`<data_dir>/imdb/`; the HF hub (`stanfordnlp/imdb`); the embedded sample (2,000 balanced reviews
+drawn from the official train split: 1,600 train + 400 test, WARNING, `data_source: sample`).
+
+Splits: validation = `val_fraction` (default 0.1: 2,500 reviews) of the training set, stratified by
+label with a fixed seed (local copies are sorted by label); train = the other 22,500; test = the
+official 25,000. Token ids are cached (see `attnexp.data.text`).
+"""
+
+import logging
+from pathlib import Path
+
+import torch
+from datasets import Dataset
+from matplotlib.figure import Figure
+from torch.utils.data import DataLoader
+
+from attnexp.data.base import AttnDataModule
+from attnexp.data.batching import BucketBatchSampler, pad_sequences
+from attnexp.data.sources import resolve, sample_path
+from attnexp.data.text import (
+    PAD_ID,
+    UNK_ID,
+    default_cache_dir,
+    load_tokenizer,
+    save_tokenizer,
+    texts_hash,
+    tokenize_dataset,
+    tokenizer_hash,
+    train_word_tokenizer,
+)
+from attnexp.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+HUB_NAME = "stanfordnlp/imdb"
+SAMPLE_FILE = "imdb_sample.parquet"
+LABELS = ("negative", "positive")
+# Fixed probe reviews whose attention is drawn every validation epoch (label 1 = positive).
+PROBES = (
+    ("this great science fiction film is really awesome", 1),
+    ("the plot was boring and the acting was terrible", 0),
+    ("i loved every minute of it , a wonderful cast", 1),
+    ("a waste of time . worst movie i have ever seen", 0),
+    ("not bad at all , i would watch it again", 1),
+    ("the story is dull , predictable and far too long", 0),
+    ("beautiful photography and a moving , brilliant score", 1),
+    ("i wanted to like it but it was just awful", 0),
+)
+
+Split = dict[str, list]  # {"text": [...], "label": [...]}
+
+
+def _read_acl_folder(folder: Path) -> Split:
+    texts, labels = [], []
+    for label, name in enumerate(("neg", "pos")):
+        files = sorted((folder / name).glob("*.txt"))
+        if not files:
+            raise ConfigError(f"IMDB: no *.txt reviews in {folder / name} (aclImdb layout)")
+        texts += [f.read_text(encoding="utf-8") for f in files]
+        labels += [label] * len(files)
+    return {"text": texts, "label": labels}
+
+
+def _read_parquet(path: Path) -> Split:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path, columns=["text", "label"])
+    except Exception as err:  # pyarrow raises several types for missing columns / corrupt files
+        raise ConfigError(
+            f"IMDB: cannot read {path} as parquet with text, label columns ({err})"
+        ) from err
+    return table.to_pydict()
+
+
+def load_local(folder: Path) -> dict[str, Split]:
+    if all((folder / f"{s}.parquet").is_file() for s in ("train", "test")):
+        return {s: _read_parquet(folder / f"{s}.parquet") for s in ("train", "test")}
+    for root in (folder / "aclImdb", folder):
+        if (root / "train" / "pos").is_dir() and (root / "test" / "pos").is_dir():
+            return {s: _read_acl_folder(root / s) for s in ("train", "test")}
+    raise ConfigError(
+        f"IMDB: {folder} holds neither train.parquet + test.parquet nor an aclImdb/ folder "
+        f"(put the files there, or set paths.data_dir=... / data.source=sample)"
+    )
+
+
+def load_hub() -> dict[str, Split]:
+    from datasets import load_dataset
+
+    ds = load_dataset(HUB_NAME)
+    return {s: {"text": ds[s]["text"], "label": ds[s]["label"]} for s in ("train", "test")}
+
+
+def load_sample() -> dict[str, Split]:
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(sample_path(SAMPLE_FILE)).to_pydict()
+    return {
+        s: {
+            k: [v for v, split in zip(rows[k], rows["split"], strict=True) if split == s]
+            for k in ("text", "label")
+        }
+        for s in ("train", "test")
+    }
+
+
+def stratified_split(labels: list[int], fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """(keep, held_out) indices: `fraction` of each label held out, chosen at random for the seed."""
+    generator = torch.Generator().manual_seed(seed)
+    labels_t = torch.as_tensor(labels)
+    keep, held = [], []
+    for label in labels_t.unique():
+        idx = torch.nonzero(labels_t == label).squeeze(1)
+        idx = idx[torch.randperm(len(idx), generator=generator)]
+        n_held = round(len(idx) * fraction)
+        held += idx[:n_held].tolist()
+        keep += idx[n_held:].tolist()
+    return sorted(keep), sorted(held)
+
+
+class TokenDataset(torch.utils.data.Dataset):
+    def __init__(self, ids: list[list[int]], labels: list[int]) -> None:
+        self.ids, self.labels = ids, labels
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> tuple[list[int], int]:
+        return self.ids[i], self.labels[i]
+
+
+def collate_tokens(examples: list[tuple[list[int], int]]) -> dict[str, torch.Tensor]:
+    ids, mask = pad_sequences([e[0] for e in examples], PAD_ID)
+    return {"input_ids": ids, "mask": mask, "labels": torch.tensor([e[1] for e in examples])}
+
+
+class IMDBDataModule(AttnDataModule):
+    """Args:
+    data_dir: folder holding `imdb/`.
+    source: auto | local | hub | sample.
+    vocab_size / min_frequency: word-level tokenizer trained on the training split.
+    max_seq_len: reviews are cut to their first max_seq_len tokens.
+    batch_size: reviews per batch; batches are length-bucketed (`pool_batches` batches per pool).
+    val_fraction: share of the training reviews held out (stratified) for validation.
+    tokenizer_path: reuse a saved tokenizer (file or run dir) instead of training one.
+    cache_dir: token-id cache (null: $ATTNEXP_CACHE or ~/.cache/attnexp).
+    """
+
+    input_kind = "tokens"
+    raw_fields = ("text",)
+
+    def __init__(
+        self,
+        data_dir: str,
+        source: str = "auto",
+        vocab_size: int = 30000,
+        min_frequency: int = 2,
+        lowercase: bool = True,
+        max_seq_len: int = 256,
+        batch_size: int = 128,
+        val_fraction: float = 0.1,
+        pool_batches: int = 50,
+        tokenizer_path: str | None = None,
+        cache_dir: str | None = None,
+        seed: int = 0,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        for key, value in (
+            ("max_seq_len", max_seq_len),
+            ("batch_size", batch_size),
+            ("pool_batches", pool_batches),
+        ):
+            if value < 1:
+                raise ConfigError(f"data.{key}={value} must be >= 1 (set data.{key}=...)")
+        if not 0.0 < val_fraction < 1.0:
+            raise ConfigError(
+                f"data.val_fraction={val_fraction} must be between 0 and 1 (exclusive)"
+            )
+        self.data_dir, self.source_request = Path(data_dir), source
+        self.vocab_size, self.min_frequency, self.lowercase = vocab_size, min_frequency, lowercase
+        self.max_seq_len, self.batch_size, self.pool_batches = max_seq_len, batch_size, pool_batches
+        self.val_fraction, self.seed, self.num_workers = val_fraction, seed, num_workers
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+        self.tokenizer = load_tokenizer(tokenizer_path) if tokenizer_path else None
+        self.splits: dict[str, TokenDataset] | None = None
+
+    # --- contract -------------------------------------------------------------------------------
+    @property
+    def model_kwargs(self) -> dict:
+        if self.tokenizer is None:
+            raise RuntimeError("IMDBDataModule: call setup() or load_artifacts() first")
+        return {
+            "num_classes": len(LABELS),
+            "vocab_size": self.tokenizer.get_vocab_size(),
+            "pad_id": PAD_ID,
+            "max_seq_len": self.max_seq_len,
+        }
+
+    def save_artifacts(self, run_dir: str) -> None:
+        save_tokenizer(self.tokenizer, run_dir)
+
+    def load_artifacts(self, run_dir: str) -> None:
+        self.tokenizer = load_tokenizer(run_dir)
+
+    # --- data -----------------------------------------------------------------------------------
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits is not None or stage == "predict":
+            return
+        raw, self.source = resolve(
+            "IMDB", self.source_request, self.data_dir / "imdb", load_local, load_hub, load_sample
+        )
+        train_idx, val_idx = stratified_split(raw["train"]["label"], self.val_fraction, self.seed)
+        parts = {
+            "train": {k: [raw["train"][k][i] for i in train_idx] for k in ("text", "label")},
+            "val": {k: [raw["train"][k][i] for i in val_idx] for k in ("text", "label")},
+            "test": raw["test"],
+        }
+        if self.tokenizer is None:
+            self.tokenizer = self._train_tokenizer(parts["train"]["text"])
+        tok_hash = tokenizer_hash(self.tokenizer)
+        self.splits = {}
+        for name, part in parts.items():
+            key = texts_hash(part["text"], tok_hash, self.max_seq_len)
+            cache = self.cache_dir / "imdb" / f"{name}-{key}.arrow"
+            encoded = tokenize_dataset(
+                Dataset.from_dict(part), self.tokenizer, self.max_seq_len, cache
+            )
+            self.splits[name] = TokenDataset(encoded["input_ids"], part["label"])
+        log.info(
+            "IMDB (%s): %d train / %d val / %d test reviews, vocab %d, max_seq_len %d",
+            self.source,
+            *(len(self.splits[s]) for s in ("train", "val", "test")),
+            self.tokenizer.get_vocab_size(),
+            self.max_seq_len,
+        )
+
+    def _train_tokenizer(self, texts: list[str]):
+        key = texts_hash(texts, self.vocab_size, self.min_frequency, self.lowercase)
+        cached = self.cache_dir / "imdb" / f"tokenizer-{key}.json"
+        if cached.is_file():
+            log.info("tokenizer from cache %s", cached)
+            return load_tokenizer(cached)
+        tokenizer = train_word_tokenizer(texts, self.vocab_size, self.min_frequency, self.lowercase)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tokenizer.save(str(cached))
+        return tokenizer
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        data = self.splits[split]
+        lengths = [max(1, len(x)) for x in data.ids]
+        sampler = BucketBatchSampler(
+            lengths,
+            self.batch_size,
+            shuffle=shuffle,
+            seed=self.seed,
+            pool_batches=self.pool_batches,
+        )
+        return DataLoader(
+            data,
+            batch_sampler=sampler,
+            collate_fn=collate_tokens,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+    # --- raw text in, explained prediction out (predict, probes) --------------------------------
+    def tokens(self, ids: list[int]) -> list[str]:
+        return [self.tokenizer.id_to_token(i) for i in ids]
+
+    def check_raw(self, example: dict[str, str]) -> str | None:
+        text = example.get("text")
+        if text is None or not text.strip():
+            return "empty text: nothing to classify"
+        if not self.tokenizer.encode(text, add_special_tokens=False).ids:
+            return "no tokens left after normalisation: nothing to classify"
+        return None
+
+    def raw_notes(self, example: dict[str, str]) -> list[str]:
+        ids = self.tokenizer.encode(example["text"], add_special_tokens=False).ids
+        notes = []
+        if len(ids) > self.max_seq_len:
+            notes.append(
+                f"long text: only the first {self.max_seq_len} of {len(ids)} tokens are read (data.max_seq_len)"
+            )
+        unknown = sum(i == UNK_ID for i in ids[: self.max_seq_len])
+        if unknown == len(ids[: self.max_seq_len]):
+            notes.append(
+                "every word is unknown to the vocabulary: the prediction reflects no word of the text"
+            )
+        elif unknown:
+            notes.append(f"{unknown} unknown word(s) read as [UNK]")
+        return notes
+
+    def encode_raw(self, examples: list[dict[str, str]]) -> dict[str, torch.Tensor]:
+        from attnexp.data.text import encode_texts
+
+        ids = encode_texts(self.tokenizer, [e["text"] for e in examples], self.max_seq_len)
+        input_ids, mask = pad_sequences(ids, PAD_ID)
+        return {"input_ids": input_ids, "mask": mask}
+
+    def prediction_label(self, class_index: int) -> str:
+        return LABELS[class_index]
+
+    def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor] | None:
+        if self.tokenizer is None:
+            return None
+        probes = PROBES[:num_examples]
+        batch = self.encode_raw([{"text": text} for text, _ in probes])
+        return {**batch, "labels": torch.tensor([label for _, label in probes])}
+
+    def _token_rows(
+        self, batch: dict, attention
+    ) -> tuple[list[list[str]], dict[str, torch.Tensor]]:
+        from attnexp.viz.text import token_weights
+
+        mask = batch["mask"].cpu()
+        rows = [
+            self.tokens(ids[m].tolist())
+            for ids, m in zip(batch["input_ids"].cpu(), mask, strict=True)
+        ]
+        return rows, token_weights(attention, mask)
+
+    def attention_figure(
+        self, batch: dict, logits: torch.Tensor, attention
+    ) -> dict[str, Figure] | None:
+        from attnexp.viz.text import token_heatmap
+
+        if attention is None:
+            return None
+        rows, weights = self._token_rows(batch, attention)
+        probs = logits.softmax(-1).cpu()
+        labels = [
+            f"y={LABELS[int(y)][:3]} p={LABELS[int(p)][:3]} {float(pr.max()):.2f}"
+            for y, p, pr in zip(batch["labels"].cpu(), probs.argmax(-1), probs, strict=True)
+        ]
+        return {
+            f"attention/{tag}": token_heatmap(rows, w, labels, title=tag)
+            for tag, w in weights.items()
+        }
+
+    def prediction_figures(
+        self, batch: dict, probs: torch.Tensor, attention, out_stems: list[Path]
+    ) -> list[Path]:
+        """Per example: a token heatmap PNG and a self-contained HTML, `<stem>.png` / `<stem>.html`."""
+        import matplotlib.pyplot as plt
+
+        from attnexp.viz.text import save_token_html, token_heatmap
+
+        if attention is None:
+            return []
+        rows, weights = self._token_rows(batch, attention)
+        written = []
+        for i, (tokens, stem) in enumerate(zip(rows, out_stems, strict=True)):
+            if stem is None:
+                continue
+            title = f"{LABELS[int(probs[i].argmax())]} ({float(probs[i].max()):.3f})"
+            per_view = {view: w[i, : len(tokens)] for view, w in weights.items()}
+            wrap = 16 if len(tokens) > 16 else None
+            rows_i = [tokens] * len(per_view)
+            stacked = (
+                torch.stack([w for w in per_view.values()])
+                if per_view
+                else torch.zeros(0, len(tokens))
+            )
+            fig = token_heatmap(rows_i, stacked, list(per_view), title=title, wrap=wrap)
+            fig.savefig(stem.with_suffix(".png"), dpi=110)
+            plt.close(fig)
+            written += [
+                stem.with_suffix(".png"),
+                save_token_html(tokens, per_view, title, stem.with_suffix(".html")),
+            ]
+        return written

@@ -1,0 +1,155 @@
+"""Text helpers shared by the text DataModules: normalisation, HF `tokenizers` tokenizers, caching.
+
+A tokenizer carries its own normaliser (lowercase, `<br />` removal), so the `tokenizer.json` saved
+in a run dir reproduces exactly what training saw when evaluate/predict reload it.
+
+Token ids of a split are computed once with `datasets.map(batched=True)` and cached as Arrow files
+under a cache folder (default `~/.cache/attnexp`, or `$ATTNEXP_CACHE`), keyed by a hash of the
+tokenizer, the texts and the maximum length, so a second run with the same data and settings skips
+both tokenizer training and tokenisation.
+"""
+
+import hashlib
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+from attnexp.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+PAD, UNK = "[PAD]", "[UNK]"
+SPECIAL_TOKENS = (PAD, UNK)  # ids 0 and 1, in this order
+PAD_ID, UNK_ID = 0, 1
+TOKENIZER_FILE = "tokenizer.json"
+HTML_BREAK = r"<br\s*/?>"
+
+
+def text_normalizer(
+    lowercase: bool = True, strip_html_breaks: bool = True
+) -> normalizers.Normalizer:
+    """NFKC, `<br />` -> space, optional lowercasing; runs inside the tokenizer."""
+    steps = [normalizers.NFKC()]
+    if strip_html_breaks:
+        steps.append(normalizers.Replace(Regex(HTML_BREAK), " "))
+    if lowercase:
+        steps.append(normalizers.Lowercase())
+    return normalizers.Sequence(steps)
+
+
+def normalize_text(text: str, lowercase: bool = True, strip_html_breaks: bool = True) -> str:
+    """The tokenizer's normalisation as a plain function (for display and tests)."""
+    return text_normalizer(lowercase, strip_html_breaks).normalize_str(text)
+
+
+def train_tokenizer(
+    texts: Iterable[str],
+    pre_tokenizer: pre_tokenizers.PreTokenizer,
+    vocab_size: int,
+    min_frequency: int,
+    normalizer: normalizers.Normalizer | None = None,
+) -> Tokenizer:
+    """A WordLevel tokenizer over the units `pre_tokenizer` cuts out (words, characters, ...).
+
+    The vocabulary keeps the `vocab_size` most frequent units seen at least `min_frequency` times;
+    `[PAD]` is id 0 and `[UNK]` id 1. Everything else maps to `[UNK]`.
+    """
+    if vocab_size < len(SPECIAL_TOKENS) + 1:
+        raise ConfigError(
+            f"vocab_size={vocab_size} must be > {len(SPECIAL_TOKENS)} (set data.vocab_size=...)"
+        )
+    if min_frequency < 1:
+        raise ConfigError(
+            f"min_frequency={min_frequency} must be >= 1 (set data.min_frequency=...)"
+        )
+    tokenizer = Tokenizer(models.WordLevel(unk_token=UNK))
+    tokenizer.normalizer = normalizer if normalizer is not None else text_normalizer()
+    tokenizer.pre_tokenizer = pre_tokenizer
+    trainer = trainers.WordLevelTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS)
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    if tokenizer.token_to_id(PAD) != PAD_ID or tokenizer.token_to_id(UNK) != UNK_ID:
+        raise RuntimeError("special tokens did not get ids 0 and 1")
+    return tokenizer
+
+
+def train_word_tokenizer(
+    texts: Iterable[str], vocab_size: int = 30000, min_frequency: int = 2, lowercase: bool = True
+) -> Tokenizer:
+    """Words and punctuation marks (`\\w+|[^\\w\\s]+`) as tokens, after `text_normalizer`."""
+    return train_tokenizer(
+        texts, pre_tokenizers.Whitespace(), vocab_size, min_frequency, text_normalizer(lowercase)
+    )
+
+
+def save_tokenizer(tokenizer: Tokenizer, folder: str | Path) -> Path:
+    path = Path(folder) / TOKENIZER_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(path))
+    return path
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """Load a `tokenizer.json` (or the one inside a run dir)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / TOKENIZER_FILE
+    if not path.is_file():
+        raise ConfigError(
+            f"no tokenizer at {path} (a run dir holds {TOKENIZER_FILE} after training; "
+            f"set data.tokenizer_path=<run dir or file>)"
+        )
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as err:  # tokenizers raises a bare Exception on bad JSON
+        raise ConfigError(f"{path} is not a valid tokenizer file ({err})") from err
+
+
+def tokenizer_hash(tokenizer: Tokenizer) -> str:
+    return hashlib.sha256(tokenizer.to_str().encode()).hexdigest()[:16]
+
+
+def texts_hash(texts: Sequence[str], *extra: object) -> str:
+    """A content hash of the texts (and any settings that change the result)."""
+    digest = hashlib.sha256(repr(extra).encode())
+    for text in texts:
+        digest.update(text.encode("utf-8", "surrogatepass"))
+        digest.update(b"\x00")
+    return digest.hexdigest()[:16]
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("ATTNEXP_CACHE", "~/.cache/attnexp")).expanduser()
+
+
+def encode_texts(tokenizer: Tokenizer, texts: Sequence[str], max_len: int) -> list[list[int]]:
+    """Token ids of each text, cut to its first `max_len` tokens (an empty text gives [])."""
+    return [
+        enc.ids[:max_len] for enc in tokenizer.encode_batch(list(texts), add_special_tokens=False)
+    ]
+
+
+def tokenize_dataset(
+    dataset, tokenizer: Tokenizer, max_len: int, cache_file: Path | None, text_column: str = "text"
+):
+    """Add `input_ids` and `length` columns with `datasets.map(batched=True)`, cached in `cache_file`.
+
+    A cache file that exists is reused as is; its name must therefore encode everything that
+    changes the ids (see `texts_hash`, `tokenizer_hash`).
+    """
+
+    def encode(batch: dict) -> dict:
+        ids = encode_texts(tokenizer, batch[text_column], max_len)
+        return {"input_ids": ids, "length": [len(x) for x in ids]}
+
+    kwargs = {}
+    if cache_file is not None:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        if cache_file.is_file():
+            log.info("token ids from cache %s", cache_file)
+        kwargs = {"cache_file_name": str(cache_file), "load_from_cache_file": True}
+    return dataset.map(encode, batched=True, batch_size=1000, desc="tokenize", **kwargs)

@@ -1,0 +1,275 @@
+"""BiLSTM text classifiers: mean pooling, attention pooling, multi-head self-attention.
+
+Shapes: B reviews, T tokens (padded), E embedding size, H LSTM hidden size per direction,
+D = 2H (bidirectional) features per token, nh heads. `mask` (B, T) is True on real tokens.
+"""
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from attnexp.errors import ConfigError
+from attnexp.modules import (
+    AttentionPooling,
+    MultiHeadSelfAttention,
+    Scorer,
+    masked_mean,
+    masked_softmax,
+)
+
+SELF_ATTENTIONS = ("mhsa", "simple")
+
+
+class LSTMEncoder(nn.Module):
+    """Embedding -> dropout -> (Bi)LSTM over packed sequences -> (B, T, D), zeros on padding.
+
+    Packing means padding never enters the recurrence (and cuDNN runs on GPU), so a review's
+    features do not depend on how long the other reviews of its batch are.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        embed_dim: int = 128,
+        hidden_size: int = 128,
+        num_layers: int = 1,
+        dropout: float = 0.0,
+        embed_dropout: float = 0.0,
+        bidirectional: bool = True,
+        pad_id: int = 0,
+    ) -> None:
+        super().__init__()
+        for key, value in (
+            ("embed_dim", embed_dim),
+            ("hidden_size", hidden_size),
+            ("num_layers", num_layers),
+        ):
+            if value < 1:
+                raise ConfigError(f"model.{key}={value} must be >= 1 (set model.{key}=...)")
+        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
+        self.embed_dropout = nn.Dropout(embed_dropout)
+        self.lstm = nn.LSTM(
+            embed_dim,
+            hidden_size,
+            num_layers=num_layers,
+            batch_first=True,
+            bidirectional=bidirectional,
+            dropout=dropout if num_layers > 1 else 0.0,
+        )
+        self.output_dim = hidden_size * (2 if bidirectional else 1)
+
+    def forward(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """input_ids (B, T), mask (B, T) -> features (B, T, D)."""
+        B, T = input_ids.shape
+        embedded = self.embed_dropout(self.embedding(input_ids))  # (B, T, E)
+        # An empty review still needs length >= 1 to pack; its output is masked away downstream.
+        lengths = mask.sum(dim=1).clamp(min=1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(
+            embedded, lengths, batch_first=True, enforce_sorted=False
+        )
+        out, _ = self.lstm(packed)
+        out, _ = nn.utils.rnn.pad_packed_sequence(
+            out, batch_first=True, total_length=T
+        )  # (B, T, D)
+        return out * mask.unsqueeze(-1)
+
+
+def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
+    """(T, E) fixed sine/cosine positional encoding (Vaswani et al.)."""
+    position = torch.arange(length).unsqueeze(1)  # (T, 1)
+    freq = torch.exp(torch.arange(0, dim, 2) * (-math.log(10000.0) / dim))  # (E/2,)
+    table = torch.zeros(length, dim)
+    table[:, 0::2] = torch.sin(position * freq)
+    table[:, 1::2] = torch.cos(position * freq[: dim // 2])
+    return table
+
+
+class _TextClassifier(nn.Module):
+    """Shared parts: the encoder and the classifier head; subclasses pool the token features."""
+
+    input_kind = "tokens"
+
+    def __init__(
+        self,
+        vocab_size: int,
+        num_classes: int,
+        embed_dim: int,
+        hidden_size: int,
+        num_layers: int,
+        dropout: float,
+        embed_dropout: float,
+        pad_id: int,
+    ) -> None:
+        super().__init__()
+        self.encoder = LSTMEncoder(
+            vocab_size, embed_dim, hidden_size, num_layers, dropout, embed_dropout, pad_id=pad_id
+        )
+        self.dropout = nn.Dropout(dropout)
+        self.head = nn.Linear(self.encoder.output_dim, num_classes)
+
+    def pool(
+        self, features: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        raise NotImplementedError
+
+    def forward(self, input_ids: torch.Tensor, mask: torch.Tensor, return_attention: bool = False):
+        """input_ids (B, T), mask (B, T) -> logits (B, classes) [, attention or None]."""
+        features = self.encoder(input_ids, mask)  # (B, T, D)
+        pooled, attention = self.pool(features, mask)  # (B, D)
+        logits = self.head(self.dropout(pooled))
+        return (logits, attention) if return_attention else logits
+
+
+class LSTMMean(_TextClassifier):
+    """BiLSTM -> masked mean over tokens -> linear: the no-attention baseline."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        num_classes: int,
+        embed_dim: int = 128,
+        hidden_size: int = 128,
+        num_layers: int = 1,
+        dropout: float = 0.0,
+        embed_dropout: float = 0.0,
+        pad_id: int = 0,
+    ) -> None:
+        super().__init__(
+            vocab_size,
+            num_classes,
+            embed_dim,
+            hidden_size,
+            num_layers,
+            dropout,
+            embed_dropout,
+            pad_id,
+        )
+
+    def pool(self, features, mask):
+        return masked_mean(features, mask), None
+
+
+class LSTMAttention(_TextClassifier):
+    """BiLSTM -> attention pooling with a learned task query (scorer from `scorer=`) -> linear."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        num_classes: int,
+        scorer: Callable[..., Scorer] | None = None,
+        embed_dim: int = 128,
+        hidden_size: int = 128,
+        num_layers: int = 1,
+        dropout: float = 0.0,
+        embed_dropout: float = 0.0,
+        pad_id: int = 0,
+    ) -> None:
+        super().__init__(
+            vocab_size,
+            num_classes,
+            embed_dim,
+            hidden_size,
+            num_layers,
+            dropout,
+            embed_dropout,
+            pad_id,
+        )
+        if scorer is None:
+            raise ConfigError(
+                "lstm_attn needs a scorer (set scorer=additive|dot|scaled_dot|bilinear)"
+            )
+        self.attention = AttentionPooling(self.encoder.output_dim, scorer, query="learned")
+
+    def pool(self, features, mask):
+        return self.attention(features, mask)  # (B, D), (B, T)
+
+
+class SimpleSelfAttention(nn.Module):
+    """Parameter-free softmax(X X^T) X over the real tokens; weights (B, 1, T, T)."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        scores = x @ x.transpose(1, 2)  # (B, T, T)
+        weights = masked_softmax(scores, mask[:, None, :])  # keys masked
+        return weights @ x, weights.unsqueeze(1)  # (B, T, D), (B, 1, T, T)
+
+
+class LSTMSelfAttention(_TextClassifier):
+    """BiLSTM (or embeddings + positions) -> self-attention -> masked mean -> linear.
+
+    Args:
+        heads: attention heads; the feature size (2 * hidden_size, or embed_dim without LSTM) must
+            be divisible by it.
+        attention: "mhsa" (multi-head, learned projections) or "simple" (softmax(X X^T) X).
+        use_lstm: false: no LSTM; embeddings plus sinusoidal positions go straight to attention.
+        max_seq_len: longest input (positional table size when use_lstm is false).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        num_classes: int,
+        heads: int = 8,
+        attention: str = "mhsa",
+        use_lstm: bool = True,
+        embed_dim: int = 128,
+        hidden_size: int = 128,
+        num_layers: int = 1,
+        dropout: float = 0.0,
+        embed_dropout: float = 0.0,
+        attn_dropout: float = 0.0,
+        pad_id: int = 0,
+        max_seq_len: int = 512,
+    ) -> None:
+        super().__init__(
+            vocab_size,
+            num_classes,
+            embed_dim,
+            hidden_size,
+            num_layers,
+            dropout,
+            embed_dropout,
+            pad_id,
+        )
+        if attention not in SELF_ATTENTIONS:
+            raise ConfigError(
+                f"model.attention '{attention}' is not one of {', '.join(SELF_ATTENTIONS)} "
+                f"(set model.attention=...)"
+            )
+        self.use_lstm = use_lstm
+        width = self.encoder.output_dim if use_lstm else embed_dim
+        if not use_lstm:
+            del self.encoder.lstm  # only the embedding is used
+            self.register_buffer(
+                "positions", sinusoidal_positions(max_seq_len, embed_dim), persistent=False
+            )
+            self.head = nn.Linear(width, num_classes)
+        if attention == "mhsa":
+            if heads < 1 or width % heads:
+                raise ConfigError(
+                    f"feature size {width} is not divisible by model.heads={heads} "
+                    f"(set model.heads to a divisor of {width}, or change model.hidden_size)"
+                )
+            self.self_attention = MultiHeadSelfAttention(width, heads, dropout=attn_dropout)
+        else:
+            self.self_attention = SimpleSelfAttention()
+
+    def forward(self, input_ids: torch.Tensor, mask: torch.Tensor, return_attention: bool = False):
+        """input_ids (B, T), mask (B, T) -> logits (B, classes) [, weights (B, nh, T, T)]."""
+        B, T = input_ids.shape
+        if self.use_lstm:
+            features = self.encoder(input_ids, mask)  # (B, T, D)
+        else:
+            if self.positions.shape[0] < T:
+                raise ConfigError(
+                    f"input of {T} tokens is longer than model.max_seq_len={self.positions.shape[0]}"
+                )
+            embedded = self.encoder.embedding(input_ids) + self.positions[:T]  # (B, T, E)
+            features = self.encoder.embed_dropout(embedded)
+        if isinstance(self.self_attention, SimpleSelfAttention):
+            attended, weights = self.self_attention(features, mask)
+        else:
+            attended, weights = self.self_attention(features, mask, need_weights=return_attention)
+        logits = self.head(self.dropout(masked_mean(attended, mask)))  # (B, classes)
+        return (logits, weights) if return_attention else logits

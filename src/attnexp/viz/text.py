@@ -1,0 +1,107 @@
+"""Per-token attention of text models: a heatmap figure and a self-contained HTML page."""
+
+import html
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+
+
+def token_weights(attention: torch.Tensor | None, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Attention as one weight per token, per view: {"pooling": (B, T)} or {"head0": (B, T), ...}.
+
+    Pooling weights (B, T) are used as they are. Self-attention weights (B, nh, T, T) become the
+    attention each token receives, averaged over the real query positions, per head.
+    """
+    if attention is None:
+        return {}
+    attention, mask = attention.detach().float().cpu(), mask.cpu()
+    if attention.ndim == 2:
+        return {"pooling": attention * mask}
+    if attention.ndim == 4:
+        queries = mask[:, None, :, None].float()  # (B, 1, T, 1)
+        received = (attention * queries).sum(2) / queries.sum(2).clamp(min=1.0)  # (B, nh, T)
+        received = received * mask[:, None, :]
+        return {f"head{h}": received[:, h] for h in range(received.shape[1])}
+    raise ValueError(
+        f"attention of shape {tuple(attention.shape)}: expected (B, T) or (B, nh, T, T)"
+    )
+
+
+def _lines(rows: list[list[str]], weights: torch.Tensor, labels: list[str], wrap: int | None):
+    for r, tokens in enumerate(rows):
+        width = wrap or max(1, len(tokens))
+        for start in range(0, max(1, len(tokens)), width):
+            chunk = tokens[start : start + width]
+            yield (
+                r,
+                labels[r] if start == 0 else "",
+                chunk,
+                weights[r, start : start + len(chunk)].tolist(),
+            )
+
+
+def token_heatmap(
+    rows: list[list[str]],
+    weights: torch.Tensor,
+    labels: list[str],
+    title: str = "",
+    wrap: int | None = None,
+) -> Figure:
+    """One line of shaded token cells per row (wrapped every `wrap` tokens); shade = weight / row max.
+
+    Args:
+        rows: R token lists. weights: (R, T) with T >= each row's length. labels: R row labels.
+    """
+    lines = list(_lines(rows, weights, labels, wrap))
+    num_cols = max(1, max(len(chunk) for _, _, chunk, _ in lines))
+    grid = np.full((len(lines), num_cols), np.nan)
+    for i, (_, _, chunk, w) in enumerate(lines):
+        grid[i, : len(chunk)] = w
+    # Normalise per example (not per wrapped line), so the strongest token of each example is darkest.
+    for r in range(len(rows)):
+        ids = [i for i, line in enumerate(lines) if line[0] == r]
+        peak = np.nanmax(grid[ids]) if np.isfinite(grid[ids]).any() else 0.0
+        if peak > 0:
+            grid[ids] = grid[ids] / peak
+    fig, ax = plt.subplots(figsize=(0.85 * num_cols + 2.2, 0.32 * len(lines) + 0.7))
+    ax.imshow(grid, cmap="Reds", vmin=0.0, vmax=1.4, aspect="auto")
+    for i, (_, _, chunk, _) in enumerate(lines):
+        for j, token in enumerate(chunk):
+            ax.text(j, i, token[:14], ha="center", va="center", fontsize=7)
+    ax.set_yticks(range(len(lines)), [line[1] for line in lines], fontsize=7)
+    ax.set_xticks([])
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def token_html(tokens: list[str], weights: dict[str, torch.Tensor], title: str) -> str:
+    """A standalone HTML page: the tokens shaded by weight (one paragraph per view), hover = value."""
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>{html.escape(title)}</title>",
+        "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:1.9}"
+        "span{padding:1px 2px;border-radius:3px}</style></head><body>",
+        f"<h3>{html.escape(title)}</h3>",
+    ]
+    for tag, w in weights.items():
+        w = w.reshape(-1)[: len(tokens)].float()
+        peak = float(w.max()) if len(w) and float(w.max()) > 0 else 1.0
+        spans = [
+            f"<span style='background:rgba(220,30,30,{float(v) / peak:.3f})' title='{float(v):.4f}'>"
+            f"{html.escape(tok)}</span>"
+            for tok, v in zip(tokens, w, strict=False)
+        ]
+        parts.append(f"<p><b>{html.escape(tag)}</b><br>{' '.join(spans)}</p>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def save_token_html(
+    tokens: list[str], weights: dict[str, torch.Tensor], title: str, path: Path
+) -> Path:
+    Path(path).write_text(token_html(tokens, weights, title), encoding="utf-8")
+    return Path(path)

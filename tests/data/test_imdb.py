@@ -1,0 +1,136 @@
+import logging
+from collections import Counter
+
+import pytest
+import torch
+from imdb_data import write_imdb
+
+from attnexp.data.imdb import IMDBDataModule, load_sample, stratified_split
+from attnexp.data.sources import sample_path
+from attnexp.errors import ConfigError
+
+
+def make_dm(tmp_path, **kwargs) -> IMDBDataModule:
+    args = {
+        "data_dir": str(tmp_path / "data"),
+        "cache_dir": str(tmp_path / "cache"),
+        "vocab_size": 200,
+        "min_frequency": 1,
+        "max_seq_len": 20,
+        "batch_size": 8,
+        "pool_batches": 2,
+        **kwargs,
+    }
+    return IMDBDataModule(**args)
+
+
+def test_local_parquet_splits_stratified(tmp_path):
+    write_imdb(tmp_path / "data", num_train=60, num_test=20)
+    dm = make_dm(tmp_path, val_fraction=0.2)
+    dm.setup("fit")
+    assert dm.source == "local"
+    sizes = {s: len(dm.splits[s]) for s in ("train", "val", "test")}
+    assert sizes == {"train": 48, "val": 12, "test": 20}
+    # The local file is sorted by label: a contiguous slice would give one label only.
+    assert Counter(dm.splits["val"].labels) == {0: 6, 1: 6}
+    assert max(len(ids) for ids in dm.splits["train"].ids) <= 20
+    assert dm.model_kwargs["vocab_size"] == dm.tokenizer.get_vocab_size()
+
+
+def test_stratified_split_is_fixed_for_a_seed():
+    labels = [0] * 50 + [1] * 50
+    assert stratified_split(labels, 0.1, 3) == stratified_split(labels, 0.1, 3)
+    assert stratified_split(labels, 0.1, 3) != stratified_split(labels, 0.1, 4)
+
+
+def test_acl_folder_layout(tmp_path):
+    root = tmp_path / "data" / "imdb" / "aclImdb"
+    for split in ("train", "test"):
+        for name, text in (("pos", "a great film"), ("neg", "an awful film")):
+            (root / split / name).mkdir(parents=True)
+            for i in range(5):
+                (root / split / name / f"{i}_7.txt").write_text(f"{text} {i}")
+    dm = make_dm(tmp_path, val_fraction=0.2)
+    dm.setup("fit")
+    assert dm.source == "local" and len(dm.splits["test"]) == 10 and len(dm.splits["val"]) == 2
+
+
+def test_bad_local_folder(tmp_path):
+    (tmp_path / "data" / "imdb").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="neither train.parquet"):
+        make_dm(tmp_path).setup("fit")
+
+
+def test_embedded_sample_fallback(tmp_path, caplog):
+    assert sample_path("imdb_sample.parquet").stat().st_size < 3_000_000
+    sample = load_sample()
+    assert len(sample["train"]["text"]) == 1600 and len(sample["test"]["text"]) == 400
+    assert Counter(sample["test"]["label"]) == {0: 200, 1: 200}
+    dm = make_dm(tmp_path, source="sample")
+    with caplog.at_level(logging.WARNING):
+        dm.setup("fit")
+    assert dm.source == "sample" and "SAMPLE" in caplog.text
+
+
+def test_bucketed_loader_yields_every_review_once(tmp_path):
+    write_imdb(tmp_path / "data", num_train=70, num_test=10)
+    dm = make_dm(tmp_path, val_fraction=0.1)
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    seen = [i for batch in loader.batch_sampler for i in batch]
+    assert sorted(seen) == list(range(len(dm.splits["train"])))
+    batches = list(loader)
+    assert sum(len(b["labels"]) for b in batches) == len(dm.splits["train"])
+    for b in batches:
+        assert b["input_ids"].shape == b["mask"].shape
+        assert (b["input_ids"][~b["mask"]] == 0).all()  # padding is [PAD]
+        assert b["mask"][:, 0].all()  # no review is all padding
+
+
+def test_token_cache_is_reused(tmp_path, caplog):
+    write_imdb(tmp_path / "data")
+    make_dm(tmp_path).setup("fit")
+    files = sorted(p.name for p in (tmp_path / "cache" / "imdb").iterdir())
+    assert (
+        any(f.startswith("tokenizer-") for f in files)
+        and sum(f.endswith(".arrow") for f in files) >= 3
+    )
+    with caplog.at_level(logging.INFO):
+        dm = make_dm(tmp_path)
+        dm.setup("fit")
+    assert "tokenizer from cache" in caplog.text and "token ids from cache" in caplog.text
+    assert sorted(p.name for p in (tmp_path / "cache" / "imdb").iterdir()) == files
+    # Another max_seq_len -> other ids -> another cache file, not a stale hit.
+    make_dm(tmp_path, max_seq_len=5).setup("fit")
+    assert len(list((tmp_path / "cache" / "imdb").iterdir())) > len(files)
+
+
+def test_artifacts_round_trip_and_raw_inputs(tmp_path):
+    write_imdb(tmp_path / "data")
+    dm = make_dm(tmp_path)
+    dm.setup("fit")
+    dm.save_artifacts(str(tmp_path / "run"))
+    fresh = make_dm(tmp_path)
+    fresh.load_artifacts(str(tmp_path / "run"))
+    fresh.setup("predict")  # no data needed
+    assert fresh.splits is None and fresh.model_kwargs == dm.model_kwargs
+    batch = fresh.encode_raw([{"text": "A great film"}, {"text": "zzqx " * 50}])
+    assert batch["input_ids"].shape == (2, 20) and batch["mask"].sum(1).tolist() == [3, 20]
+    assert fresh.check_raw({"text": "  "}) is not None and fresh.check_raw({"text": "film"}) is None
+    assert any("unknown" in n for n in fresh.raw_notes({"text": "zzqx qqq"}))
+    assert any("first 20 of 50" in n for n in fresh.raw_notes({"text": "film " * 50}))
+    assert fresh.prediction_label(1) == "positive"
+
+
+def test_probe_figures_per_head(tmp_path):
+    write_imdb(tmp_path / "data")
+    dm = make_dm(tmp_path)
+    dm.setup("fit")
+    batch = dm.probe_batch(3)
+    B, T = batch["input_ids"].shape
+    logits = torch.zeros(B, 2)
+    pooled = dm.attention_figure(batch, logits, torch.softmax(torch.randn(B, T), -1))
+    assert list(pooled) == ["attention/pooling"]
+    heads = dm.attention_figure(batch, logits, torch.softmax(torch.randn(B, 4, T, T), -1))
+    assert list(heads) == [f"attention/head{h}" for h in range(4)]
+    assert dm.attention_figure(batch, logits, None) is None

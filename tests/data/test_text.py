@@ -1,0 +1,65 @@
+import pytest
+
+from attnexp.data.text import (
+    PAD,
+    PAD_ID,
+    UNK_ID,
+    encode_texts,
+    load_tokenizer,
+    normalize_text,
+    save_tokenizer,
+    texts_hash,
+    tokenizer_hash,
+    train_word_tokenizer,
+)
+from attnexp.errors import ConfigError
+
+TEXTS = ["A great film.<br />Loved it!", "A boring film<br/>hated it", "great great story"]
+
+
+def test_normalize_lowercases_and_removes_breaks():
+    assert normalize_text("Great<br />FILM<br/>x") == "great film x"
+
+
+def test_special_ids_and_unknown_words():
+    tok = train_word_tokenizer(TEXTS, vocab_size=100, min_frequency=1)
+    assert tok.token_to_id(PAD) == PAD_ID and tok.token_to_id("[UNK]") == UNK_ID
+    ids = tok.encode("GREAT zzqx", add_special_tokens=False).ids
+    assert ids[0] == tok.token_to_id("great") and ids[1] == UNK_ID
+    assert "br" not in tok.get_vocab()
+
+
+def test_min_frequency_and_vocab_size():
+    tok = train_word_tokenizer(TEXTS, vocab_size=100, min_frequency=2)
+    assert set(tok.get_vocab()) == {"[PAD]", "[UNK]", "a", "film", "great", "it"}
+    assert train_word_tokenizer(TEXTS, vocab_size=4, min_frequency=1).get_vocab_size() == 4
+    with pytest.raises(ConfigError, match="data.vocab_size"):
+        train_word_tokenizer(TEXTS, vocab_size=2)
+
+
+def test_save_load_round_trip(tmp_path):
+    tok = train_word_tokenizer(TEXTS, vocab_size=100, min_frequency=1)
+    save_tokenizer(tok, tmp_path)
+    loaded = load_tokenizer(tmp_path)  # a run dir works as well as the file
+    assert encode_texts(loaded, TEXTS, 50) == encode_texts(tok, TEXTS, 50)
+    assert tokenizer_hash(loaded) == tokenizer_hash(tok)
+    with pytest.raises(ConfigError, match="data.tokenizer_path"):
+        load_tokenizer(tmp_path / "nope")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="not a valid tokenizer"):
+        load_tokenizer(tmp_path / "bad.json")
+
+
+def test_encode_truncates_and_handles_empty():
+    tok = train_word_tokenizer(TEXTS, vocab_size=100, min_frequency=1)
+    assert encode_texts(tok, ["great " * 10, "", "   "], 4) == [
+        [tok.token_to_id("great")] * 4,
+        [],
+        [],
+    ]
+
+
+def test_texts_hash_depends_on_content_and_settings():
+    assert texts_hash(["ab", "c"]) != texts_hash(["a", "bc"])
+    assert texts_hash(TEXTS, 1) != texts_hash(TEXTS, 2)
+    assert texts_hash(TEXTS, 1) == texts_hash(list(TEXTS), 1)

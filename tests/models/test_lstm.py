@@ -1,0 +1,153 @@
+import pytest
+import torch
+
+from attnexp.errors import ConfigError
+from attnexp.models.lstm import LSTMAttention, LSTMEncoder, LSTMMean, LSTMSelfAttention
+from attnexp.modules import AdditiveScorer, DotScorer
+
+V, B, T = 50, 3, 7
+
+
+@pytest.fixture
+def batch():
+    torch.manual_seed(0)
+    lengths = torch.tensor([7, 4, 1])
+    mask = torch.arange(T)[None, :] < lengths[:, None]
+    ids = torch.randint(2, V, (B, T)).masked_fill(~mask, 0)
+    return ids, mask
+
+
+MODELS = {
+    "mean": lambda: LSTMMean(V, 2, embed_dim=8, hidden_size=4),
+    "additive": lambda: LSTMAttention(V, 2, scorer=AdditiveScorer, embed_dim=8, hidden_size=4),
+    "dot": lambda: LSTMAttention(V, 2, scorer=DotScorer, embed_dim=8, hidden_size=4, num_layers=2),
+    "mhsa": lambda: LSTMSelfAttention(V, 2, heads=2, embed_dim=8, hidden_size=4),
+    "simple": lambda: LSTMSelfAttention(V, 2, attention="simple", embed_dim=8, hidden_size=4),
+    "no_lstm": lambda: LSTMSelfAttention(V, 2, heads=2, use_lstm=False, embed_dim=8, max_seq_len=T),
+}
+
+
+def test_packed_equals_unpacked_on_real_positions(batch):
+    ids, mask = batch
+    encoder = LSTMEncoder(V, embed_dim=8, hidden_size=4, num_layers=2).eval()
+    out = encoder(ids, mask)
+    assert out.shape == (B, T, 8)
+    for b in range(B):
+        n = int(mask[b].sum())
+        alone, _ = encoder.lstm(encoder.embedding(ids[b : b + 1, :n]))  # no padding at all
+        torch.testing.assert_close(out[b, :n], alone[0], rtol=1e-5, atol=1e-6)
+        assert (out[b, n:] == 0).all()
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_padding_is_ignored(name, batch):
+    ids, mask = batch
+    torch.manual_seed(1)
+    model = MODELS[name]().eval()
+    logits, attention = model(ids, mask, return_attention=True)
+    assert logits.shape == (B, 2) and torch.isfinite(logits).all()
+    other = ids.masked_fill(~mask, 7)  # change what sits in the padded slots
+    torch.testing.assert_close(model(other, mask), logits)
+    if attention is not None:
+        if attention.ndim == 2:  # pooling weights (B, T)
+            assert (attention[~mask] == 0).all()
+            torch.testing.assert_close(attention.sum(-1), torch.ones(B))
+        else:  # (B, nh, T, T): keys that are padding get weight 0
+            assert (attention.transpose(1, 3)[~mask] == 0).all()
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_gradients_flow(name, batch):
+    ids, mask = batch
+    model = MODELS[name]()
+    model(ids, mask).sum().backward()
+    assert (
+        model.head.weight.grad is not None and model.encoder.embedding.weight.grad.abs().sum() > 0
+    )
+
+
+def test_attention_shapes(batch):
+    ids, mask = batch
+    assert MODELS["mean"]()(ids, mask, return_attention=True)[1] is None
+    assert MODELS["dot"]()(ids, mask, return_attention=True)[1].shape == (B, T)
+    assert MODELS["mhsa"]()(ids, mask, return_attention=True)[1].shape == (B, 2, T, T)
+    assert MODELS["simple"]()(ids, mask, return_attention=True)[1].shape == (B, 1, T, T)
+
+
+def test_config_errors():
+    with pytest.raises(ConfigError, match="model.heads"):
+        LSTMSelfAttention(V, 2, heads=3, hidden_size=4)
+    with pytest.raises(ConfigError, match="model.attention"):
+        LSTMSelfAttention(V, 2, attention="cosine")
+    with pytest.raises(ConfigError, match="scorer"):
+        LSTMAttention(V, 2, scorer=None)
+    with pytest.raises(ConfigError, match="model.hidden_size"):
+        LSTMMean(V, 2, hidden_size=0)
+    with pytest.raises(ConfigError, match="max_seq_len"):
+        LSTMSelfAttention(V, 2, heads=2, use_lstm=False, embed_dim=8, max_seq_len=3)(
+            torch.ones(1, 5, dtype=torch.long), torch.ones(1, 5, dtype=torch.bool)
+        )
+
+
+# --- end to end on tiny generated reviews ---------------------------------------------------------
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from imdb_data import TINY_MODEL, train_in_process, write_imdb  # noqa: E402
+
+FDR_RUNS = {
+    "lstm_mean": [],
+    "lstm_attn": ["scorer=bilinear"],
+    "lstm_mhsa": ["model.heads=4"],
+    "lstm_mhsa_simple_no_lstm": ["model.attention=simple", "model.use_lstm=false"],
+}
+
+
+@pytest.mark.parametrize("name", list(FDR_RUNS))
+def test_fast_dev_run(name, compose_cfg, tmp_path):
+    write_imdb(tmp_path / "data")
+    model = "lstm_mhsa" if name.startswith("lstm_mhsa") else name
+    cfg = compose_cfg(
+        f"model={model}",
+        *FDR_RUNS[name],
+        *TINY_MODEL,
+        f"data.cache_dir={tmp_path}/cache",
+        "trainer.fast_dev_run=true",
+    )
+    metrics = train_in_process(cfg, tmp_path / "run")
+    assert 0.0 <= metrics["test/acc"] <= 1.0
+    record = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert record["status"] == "completed" and record["data_source"] == "local"
+    assert (tmp_path / "run" / "tokenizer.json").is_file()
+
+
+def test_design_card_command_on_embedded_sample(tmp_path):
+    """`python -m attnexp model=lstm_attn scorer=dot` (no data=) runs on the embedded IMDB sample."""
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "ATTNEXP_CACHE": str(tmp_path / "cache"),
+        "ATTNEXP_ROOT": str(tmp_path),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "attnexp",
+        "model=lstm_attn",
+        "scorer=dot",
+        "trainer.fast_dev_run=true",
+        "model.hidden_size=8",
+        "model.embed_dim=8",
+        "data.max_seq_len=32",
+        "trainer.enable_progress_bar=false",
+    ]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (record_path,) = Path(tmp_path, "outputs", "runs").glob("*/metrics.json")
+    record = json.loads(record_path.read_text())
+    assert record["status"] == "completed" and record["data_source"] == "sample"
+    assert record["choices"]["data"] == "imdb" and record["choices"]["scorer"] == "dot"
