@@ -5,7 +5,7 @@ from lcqmc_data import write_lcqmc
 
 from attnexp.build import build
 from attnexp.errors import ConfigError
-from attnexp.models.transformer import TransformerMatcher
+from attnexp.models.transformer import TransformerMatcher, exact_match
 
 SMALL = {"vocab_size": 30, "hidden_size": 8, "heads": 2, "ffn_size": 16, "max_seq_len": 16}
 
@@ -25,6 +25,7 @@ def pair_batch():
         {"position": "learned"},
         {"depth": 1},
         {"impl": "torch", "norm": "pre"},
+        {"match_embedding": True},
     ],
 )
 def test_shapes_attention_and_padding_invariance(options):
@@ -39,6 +40,13 @@ def test_shapes_attention_and_padding_invariance(options):
     changed[1, 5:] = 17  # other content at the padded positions
     assert torch.allclose(model(changed, segments, mask), logits, atol=1e-5)
     assert torch.allclose(model(ids, segments, mask), logits, atol=1e-5)  # with and without weights
+
+
+def test_exact_match_feature():
+    ids, segments, mask = pair_batch()
+    ids[0, 5] = 6  # "6" now occurs in both sentences of pair 0
+    expected = [[0, 0, 1, 1, 0, 1, 1], [0, 0, 1, 0, 1, 0, 0]]  # [SEP] is in both; padding never
+    assert exact_match(ids, segments, mask).int().tolist() == expected
 
 
 def test_custom_and_torch_have_the_same_parameter_count():

@@ -101,17 +101,19 @@ class PairDataset(Dataset):
 
 
 class LCQMCDataModule(AttnDataModule):
-    """Args:
-    data_dir: folder holding `lcqmc/` with the split files.
-    source: auto | local | hub.
-    train_split: train (standard) | dev (reduced protocol, see the module docstring).
-    val_fraction / split_seed: the dev share held out for validation under train_split=dev.
-    max_seq_len: tokens per encoded pair, [CLS] and both [SEP] included (longest-first truncation).
-    batch_size / eval_batch_size: pairs per batch (length-bucketed).
-    vocab_file: a BERT-style vocab.txt; null builds the vocabulary from the training split.
-    min_frequency: a training token must occur this often to get its own id (else [UNK]).
-    cache_dir: where encoded splits are cached, keyed by a hash of vocabulary + data (null: off).
-    tokenizer_file: a saved tokenizer.json (set when rebuilding a trained run, e.g. by predict).
+    """LCQMC pairs as `input_ids`, `segment_ids`, `mask` (B, T) and `labels` (B,) batches.
+
+    Args:
+        data_dir: folder holding `lcqmc/` with the split files.
+        source: auto | local | hub.
+        train_split: train (standard) | dev (reduced protocol, see the module docstring).
+        val_fraction / split_seed: the dev share held out for validation under train_split=dev.
+        max_seq_len: tokens per encoded pair, [CLS] and both [SEP] included (longest-first truncation).
+        batch_size / eval_batch_size: pairs per batch (length-bucketed).
+        vocab_file: a BERT-style vocab.txt; null builds the vocabulary from the training split.
+        min_frequency: a training token must occur this often to get its own id (else [UNK]).
+        cache_dir: where encoded splits are cached, keyed by a hash of vocabulary + data (null: off).
+        tokenizer_file: a saved tokenizer.json (set when rebuilding a trained run, e.g. by predict).
     """
 
     input_kind = "pairs"

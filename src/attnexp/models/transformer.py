@@ -15,16 +15,30 @@ from attnexp.modules.transformer import TorchEncoderBlock, TransformerEncoderBlo
 IMPLS = ("custom", "torch")
 
 
+def exact_match(
+    input_ids: torch.Tensor, segment_ids: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """(B, T) bool: the token also occurs in the other sentence of the pair (DrQA's exact match)."""
+    same = input_ids[:, :, None] == input_ids[:, None, :]  # (B, T, T)
+    other = segment_ids[:, :, None] != segment_ids[:, None, :]  # (B, T, T)
+    real = mask[:, :, None] & mask[:, None, :]  # (B, T, T)
+    return (same & other & real).any(dim=-1)
+
+
 class TransformerMatcher(nn.Module):
-    """Args:
-    vocab_size, pad_id, max_seq_len, num_classes: from the DataModule.
-    hidden_size, depth, heads, ffn_size: encoder sizes.
-    dropout: embeddings, residuals, feed-forward and classifier; attention_dropout: attention weights.
-    position: sinusoidal | learned.
-    impl: custom (our blocks) | torch (`nn.TransformerEncoderLayer`).
-    norm: post | pre (pre-norm adds a final LayerNorm after the last block).
-    activation: relu | gelu (feed-forward).
-    fused_attention: custom blocks use `F.scaled_dot_product_attention` unless weights are asked for.
+    """[CLS] a [SEP] b [SEP] -> logits over {not similar, similar}.
+
+    Args:
+        vocab_size, pad_id, max_seq_len, num_classes: from the DataModule.
+        hidden_size, depth, heads, ffn_size: encoder sizes.
+        dropout: embeddings, residuals, feed-forward, classifier; attention_dropout: attention weights.
+        position: sinusoidal | learned.
+        impl: custom (our blocks) | torch (`nn.TransformerEncoderLayer`).
+        norm: post | pre (pre-norm adds a final LayerNorm after the last block).
+        activation: relu | gelu (feed-forward).
+        fused_attention: custom blocks use `F.scaled_dot_product_attention` unless weights are asked for.
+        match_embedding: add a learned embedding of `exact_match` (does this character occur in the
+            other sentence?) to the input: a classic matching feature, off in the reference setting.
     """
 
     input_kind = "pairs"
@@ -46,6 +60,7 @@ class TransformerMatcher(nn.Module):
         norm: str = "post",
         activation: str = "relu",
         fused_attention: bool = True,
+        match_embedding: bool = False,
     ) -> None:
         super().__init__()
         if impl not in IMPLS:
@@ -63,6 +78,9 @@ class TransformerMatcher(nn.Module):
         self.embeddings = PairEmbeddings(
             vocab_size, hidden_size, max_seq_len, position, 2, dropout, pad_id
         )
+        self.match = nn.Embedding(2, hidden_size) if match_embedding else None
+        if self.match is not None:
+            nn.init.normal_(self.match.weight, std=0.02)
         block_args = dict(
             embed_dim=hidden_size,
             num_heads=heads,
@@ -93,7 +111,11 @@ class TransformerMatcher(nn.Module):
         return_attention: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
         """input_ids, segment_ids, mask (B, T) -> logits (B, C) [, attention: depth x (B, nh, T, T)]."""
-        x = self.embeddings(input_ids, segment_ids)  # (B, T, H)
+        matches = (
+            None if self.match is None else exact_match(input_ids, segment_ids, mask)
+        )  # (B, T)
+        extra = None if matches is None else self.match(matches.long())  # (B, T, H)
+        x = self.embeddings(input_ids, segment_ids, extra)  # (B, T, H)
         attention = []
         for block in self.blocks:
             x, weights = block(x, mask, need_weights=return_attention)

@@ -105,8 +105,10 @@ class PairEmbeddings(nn.Module):
         self.norm = nn.LayerNorm(embed_dim)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
-        """input_ids, segment_ids (B, T) -> (B, T, E)."""
+    def forward(
+        self, input_ids: torch.Tensor, segment_ids: torch.Tensor, extra: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """input_ids, segment_ids (B, T), extra (B, T, E) added before the norm -> (B, T, E)."""
         B, T = input_ids.shape
         if self.positions.max_len < T:
             raise ConfigError(
@@ -116,4 +118,6 @@ class PairEmbeddings(nn.Module):
         x = (
             self.tokens(input_ids) + self.segments(segment_ids) + self.positions(T)[None]
         )  # (B, T, E)
+        if extra is not None:
+            x = x + extra
         return self.dropout(self.norm(x))
