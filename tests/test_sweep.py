@@ -10,7 +10,8 @@ from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from attnexp import report
-from attnexp.sweeps import sweep_subdir, swept_keys
+from attnexp.errors import ConfigError
+from attnexp.sweeps import check_strategy, sweep_subdir, swept_keys
 
 
 def test_sweep_with_a_failing_job_then_report(tmp_path):
@@ -110,3 +111,14 @@ def test_optuna_search_config_composes(compose_cfg):
         pytest.skip("hydra-optuna-sweeper not installed (pip install -e '.[optuna]')")
     cfg = compose_cfg("hparams_search=bag_optuna")
     assert cfg.hydra.sweeper.direction == "maximize" and cfg.optimized_metric == "val/acc_best"
+
+
+def test_relaunching_strategy_rejected_in_a_local_multirun(monkeypatch):
+    for key in ("SLURM_NTASKS", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(key, raising=False)
+    with pytest.raises(ConfigError, match="trainer.strategy=fsdp re-launches"):
+        check_strategy("fsdp", multirun=True)
+    check_strategy("fsdp", multirun=False)
+    check_strategy("ddp_spawn", multirun=True)
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    check_strategy("ddp", multirun=True)

@@ -9,6 +9,7 @@ expressions) before it launches any job, so a job can tell which of its override
 import hashlib
 import json
 import logging
+import os
 import re
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from attnexp.errors import ConfigError
 from attnexp.runs import METRICS_FILE
 
 log = logging.getLogger(__name__)
@@ -84,3 +86,24 @@ class FailedJobs(Callback):
                 status = f"unreadable ({err})"
             if status != "completed" and str(path.parent) not in FAILED_JOBS:
                 FAILED_JOBS.append(str(path.parent))
+
+
+# Lightning strategies that start the other ranks by re-running the command line. Under a Hydra
+# multirun each worker would re-run the whole sweep (lightning-hydra-template #393), so jobs of a
+# local sweep must use a spawning strategy (ddp_spawn: trainer=ddp / ddp_cpu). A cluster that
+# starts one process per rank itself (SLURM tasks, torchrun) is fine: nothing is re-launched.
+RELAUNCHING_STRATEGIES = ("ddp", "fsdp", "fsdp_cpu_offload", "deepspeed")
+EXTERNAL_LAUNCH_ENV = ("SLURM_NTASKS", "TORCHELASTIC_RUN_ID")
+
+
+def check_strategy(strategy: object, multirun: bool) -> None:
+    """Fail fast on a strategy that cannot run inside a local Hydra multirun."""
+    name = str(strategy)
+    relaunches = name in RELAUNCHING_STRATEGIES or name.startswith(("deepspeed", "ddp_find_unused"))
+    external = any(key in os.environ for key in EXTERNAL_LAUNCH_ENV)
+    if multirun and relaunches and not external:
+        raise ConfigError(
+            f"trainer.strategy={name} re-launches the script for each rank, which inside a "
+            f"multirun would re-run the whole sweep (use trainer=ddp or trainer=ddp_cpu, which "
+            f"spawn, or hydra/launcher=slurm with one task per device, or a single run)"
+        )

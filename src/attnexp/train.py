@@ -23,6 +23,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from attnexp.build import build, check_data_dir
 from attnexp.config import register_resolvers
 from attnexp.runs import LAST_CKPT, RunRecord
+from attnexp.sweeps import check_strategy
 from attnexp.tasks.callbacks import EpochHistory
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     if cfg.seed is not None:
         pl.seed_everything(cfg.seed, workers=True)
     choices = dict(HydraConfig.get().runtime.choices)
+    check_strategy(cfg.trainer.get("strategy"), HydraConfig.get().mode == RunMode.MULTIRUN)
     check_data_dir(cfg.paths.data_dir, list(HydraConfig.get().overrides.task))
     datamodule, task = build(cfg, choices)
     record.update(data_source=datamodule.source, choices={k: v for k, v in choices.items() if not k.startswith("hydra")},
