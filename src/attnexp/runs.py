@@ -87,8 +87,11 @@ def _write_json(path: Path, data: dict) -> None:
 class RunRecord:
     """Keeps `<run_dir>/metrics.json` up to date: running -> completed | failed."""
 
-    def __init__(self, run_dir: Path, seed: int | None, overrides: list[str], extra: dict | None = None):
+    def __init__(
+        self, run_dir: Path, seed: int | None, overrides: list[str], extra: dict | None = None, write: bool = True
+    ):
         self.path = Path(run_dir) / METRICS_FILE
+        self.write = write  # False in the other ranks of a re-launched DDP/FSDP run: rank 0 writes
         self.started = time.time()
         self.data: dict[str, Any] = {
             "status": "running",
@@ -107,6 +110,8 @@ class RunRecord:
         }
 
     def start(self) -> None:
+        if not self.write:
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():  # a resumed run: keep what the earlier attempt wrote
             attempt = 1 + len(list(self.path.parent.glob("metrics.attempt*.json")))
@@ -137,6 +142,8 @@ class RunRecord:
         self.data.update({k: on_disk[k] for k in keys if k in on_disk})
 
     def save(self) -> None:
+        if not self.write:
+            return
         self.data["duration_s"] = round(time.time() - self.started, 2)
         _write_json(self.path, self.data)
 

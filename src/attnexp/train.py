@@ -5,6 +5,7 @@ tb/ (TensorBoard), train.log and metrics.json.
 """
 
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -116,10 +117,17 @@ def flatten_hparams(tree: dict, prefix: str = "") -> dict:
     return flat
 
 
+def is_other_rank() -> bool:
+    """A rank > 0 that re-ran the command line (Lightning's ddp/fsdp launcher, torchrun, SLURM):
+    it shares rank 0's run dir, so it must not write the run record."""
+    return any(os.environ.get(key, "0") != "0" for key in ("LOCAL_RANK", "RANK", "SLURM_PROCID"))
+
+
 def run(cfg: DictConfig) -> dict[str, float]:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
-    record = RunRecord(run_dir, seed=cfg.get("seed"), overrides=list(hydra_cfg.overrides.task))
+    record = RunRecord(run_dir, seed=cfg.get("seed"), overrides=list(hydra_cfg.overrides.task),
+                       write=not is_other_rank())
     record.start()
     try:
         metrics = fit_and_test(cfg, run_dir, record)
