@@ -88,7 +88,12 @@ class RunRecord:
     """Keeps `<run_dir>/metrics.json` up to date: running -> completed | failed."""
 
     def __init__(
-        self, run_dir: Path, seed: int | None, overrides: list[str], extra: dict | None = None, write: bool = True
+        self,
+        run_dir: Path,
+        seed: int | None,
+        overrides: list[str],
+        extra: dict | None = None,
+        write: bool = True,
     ):
         self.path = Path(run_dir) / METRICS_FILE
         self.write = write  # False in the other ranks of a re-launched DDP/FSDP run: rank 0 writes
