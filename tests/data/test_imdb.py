@@ -119,6 +119,11 @@ def test_artifacts_round_trip_and_raw_inputs(tmp_path):
     assert fresh.check_raw({"text": "  "}) is not None and fresh.check_raw({"text": "film"}) is None
     assert any("unknown" in n for n in fresh.raw_notes({"text": "zzqx qqq"}))
     assert any("first 20 of 50" in n for n in fresh.raw_notes({"text": "film " * 50}))
+    tail = make_dm(tmp_path, truncation="head_tail")
+    tail.load_artifacts(str(tmp_path / "run"))
+    assert tail.encode_raw([{"text": "a " * 30 + "great"}])["input_ids"][
+        0, -1
+    ] == tail.tokenizer.token_to_id("great")
     assert fresh.prediction_label(1) == "positive"
 
 

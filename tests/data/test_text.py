@@ -63,3 +63,14 @@ def test_texts_hash_depends_on_content_and_settings():
     assert texts_hash(["ab", "c"]) != texts_hash(["a", "bc"])
     assert texts_hash(TEXTS, 1) != texts_hash(TEXTS, 2)
     assert texts_hash(TEXTS, 1) == texts_hash(list(TEXTS), 1)
+
+
+def test_head_tail_truncation():
+    from attnexp.data.text import truncate
+
+    ids = list(range(10))
+    assert truncate(ids, 4, "head") == [0, 1, 2, 3]
+    assert truncate(ids, 5, "head_tail") == [0, 1, 2, 8, 9]
+    assert truncate(ids[:3], 5, "head_tail") == [0, 1, 2]
+    with pytest.raises(ConfigError, match="data.truncation"):
+        truncate(ids, 4, "middle")

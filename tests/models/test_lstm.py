@@ -39,6 +39,19 @@ def test_packed_equals_unpacked_on_real_positions(batch):
         assert (out[b, n:] == 0).all()
 
 
+@pytest.mark.parametrize("num_layers", [1, 2])
+def test_reversed_impl_equals_packed(batch, num_layers):
+    ids, mask = batch
+    encoder = LSTMEncoder(
+        V, embed_dim=8, hidden_size=4, num_layers=num_layers, rnn_impl="packed"
+    ).eval()
+    packed = encoder(ids, mask)
+    encoder.rnn_impl = "reversed"
+    torch.testing.assert_close(encoder(ids, mask), packed, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ConfigError, match="model.rnn_impl"):
+        LSTMEncoder(V, rnn_impl="cudnn")
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 def test_padding_is_ignored(name, batch):
     ids, mask = batch

@@ -23,6 +23,7 @@ from attnexp.data.batching import BucketBatchSampler, pad_sequences
 from attnexp.data.sources import resolve, sample_path
 from attnexp.data.text import (
     PAD_ID,
+    TRUNCATIONS,
     UNK_ID,
     default_cache_dir,
     load_tokenizer,
@@ -31,6 +32,7 @@ from attnexp.data.text import (
     tokenize_dataset,
     tokenizer_hash,
     train_word_tokenizer,
+    truncate,
 )
 from attnexp.errors import ConfigError
 
@@ -144,7 +146,8 @@ class IMDBDataModule(AttnDataModule):
     data_dir: folder holding `imdb/`.
     source: auto | local | hub | sample.
     vocab_size / min_frequency: word-level tokenizer trained on the training split.
-    max_seq_len: reviews are cut to their first max_seq_len tokens.
+    max_seq_len / truncation: reviews are cut to max_seq_len tokens, the first ones ("head") or
+        the first and last halves ("head_tail").
     batch_size: reviews per batch; batches are length-bucketed (`pool_batches` batches per pool).
     val_fraction: share of the training reviews held out (stratified) for validation.
     tokenizer_path: reuse a saved tokenizer (file or run dir) instead of training one.
@@ -162,6 +165,7 @@ class IMDBDataModule(AttnDataModule):
         min_frequency: int = 2,
         lowercase: bool = True,
         max_seq_len: int = 256,
+        truncation: str = "head",
         batch_size: int = 128,
         val_fraction: float = 0.1,
         pool_batches: int = 50,
@@ -184,7 +188,12 @@ class IMDBDataModule(AttnDataModule):
             )
         self.data_dir, self.source_request = Path(data_dir), source
         self.vocab_size, self.min_frequency, self.lowercase = vocab_size, min_frequency, lowercase
+        if truncation not in TRUNCATIONS:
+            raise ConfigError(
+                f"data.truncation '{truncation}' is not one of {', '.join(TRUNCATIONS)} (set data.truncation=...)"
+            )
         self.max_seq_len, self.batch_size, self.pool_batches = max_seq_len, batch_size, pool_batches
+        self.truncation = truncation
         self.val_fraction, self.seed, self.num_workers = val_fraction, seed, num_workers
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
         self.tokenizer = load_tokenizer(tokenizer_path) if tokenizer_path else None
@@ -226,10 +235,14 @@ class IMDBDataModule(AttnDataModule):
         tok_hash = tokenizer_hash(self.tokenizer)
         self.splits = {}
         for name, part in parts.items():
-            key = texts_hash(part["text"], tok_hash, self.max_seq_len)
+            key = texts_hash(part["text"], tok_hash, self.max_seq_len, self.truncation)
             cache = self.cache_dir / "imdb" / f"{name}-{key}.arrow"
             encoded = tokenize_dataset(
-                Dataset.from_dict(part), self.tokenizer, self.max_seq_len, cache
+                Dataset.from_dict(part),
+                self.tokenizer,
+                self.max_seq_len,
+                cache,
+                truncation=self.truncation,
             )
             self.splits[name] = TokenDataset(encoded["input_ids"], part["label"])
         log.info(
@@ -294,11 +307,14 @@ class IMDBDataModule(AttnDataModule):
         ids = self.tokenizer.encode(example["text"], add_special_tokens=False).ids
         notes = []
         if len(ids) > self.max_seq_len:
+            which = "first" if self.truncation == "head" else "first and last"
             notes.append(
-                f"long text: only the first {self.max_seq_len} of {len(ids)} tokens are read (data.max_seq_len)"
+                f"long text: only the {which} {self.max_seq_len} of {len(ids)} tokens are read "
+                f"(data.max_seq_len, data.truncation={self.truncation})"
             )
-        unknown = sum(i == UNK_ID for i in ids[: self.max_seq_len])
-        if unknown == len(ids[: self.max_seq_len]):
+        ids = truncate(ids, self.max_seq_len, self.truncation)
+        unknown = sum(i == UNK_ID for i in ids)
+        if unknown == len(ids):
             notes.append(
                 "every word is unknown to the vocabulary: the prediction reflects no word of the text"
             )
@@ -309,7 +325,9 @@ class IMDBDataModule(AttnDataModule):
     def encode_raw(self, examples: list[dict[str, str]]) -> dict[str, torch.Tensor]:
         from attnexp.data.text import encode_texts
 
-        ids = encode_texts(self.tokenizer, [e["text"] for e in examples], self.max_seq_len)
+        ids = encode_texts(
+            self.tokenizer, [e["text"] for e in examples], self.max_seq_len, self.truncation
+        )
         input_ids, mask = pad_sequences(ids, PAD_ID)
         return {"input_ids": input_ids, "mask": mask}
 

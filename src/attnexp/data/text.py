@@ -126,15 +126,41 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("ATTNEXP_CACHE", "~/.cache/attnexp")).expanduser()
 
 
-def encode_texts(tokenizer: Tokenizer, texts: Sequence[str], max_len: int) -> list[list[int]]:
-    """Token ids of each text, cut to its first `max_len` tokens (an empty text gives [])."""
+TRUNCATIONS = ("head", "head_tail")
+
+
+def truncate(ids: list[int], max_len: int, truncation: str = "head") -> list[int]:
+    """Cut to `max_len` ids: the first ones ("head"), or the first and last halves ("head_tail":
+    a review's verdict often sits in its last sentences)."""
+    if len(ids) <= max_len:
+        return ids
+    if truncation == "head":
+        return ids[:max_len]
+    if truncation == "head_tail":
+        head = (max_len + 1) // 2
+        return ids[:head] + ids[len(ids) - (max_len - head) :]
+    raise ConfigError(
+        f"truncation '{truncation}' is not one of {', '.join(TRUNCATIONS)} (set data.truncation=...)"
+    )
+
+
+def encode_texts(
+    tokenizer: Tokenizer, texts: Sequence[str], max_len: int, truncation: str = "head"
+) -> list[list[int]]:
+    """Token ids of each text, cut to `max_len` tokens (see `truncate`; an empty text gives [])."""
     return [
-        enc.ids[:max_len] for enc in tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        truncate(enc.ids, max_len, truncation)
+        for enc in tokenizer.encode_batch(list(texts), add_special_tokens=False)
     ]
 
 
 def tokenize_dataset(
-    dataset, tokenizer: Tokenizer, max_len: int, cache_file: Path | None, text_column: str = "text"
+    dataset,
+    tokenizer: Tokenizer,
+    max_len: int,
+    cache_file: Path | None,
+    text_column: str = "text",
+    truncation: str = "head",
 ):
     """Add `input_ids` and `length` columns with `datasets.map(batched=True)`, cached in `cache_file`.
 
@@ -143,7 +169,7 @@ def tokenize_dataset(
     """
 
     def encode(batch: dict) -> dict:
-        ids = encode_texts(tokenizer, batch[text_column], max_len)
+        ids = encode_texts(tokenizer, batch[text_column], max_len, truncation)
         return {"input_ids": ids, "length": [len(x) for x in ids]}
 
     kwargs = {}

@@ -23,11 +23,20 @@ SELF_ATTENTIONS = ("mhsa", "simple")
 
 
 class LSTMEncoder(nn.Module):
-    """Embedding -> dropout -> (Bi)LSTM over packed sequences -> (B, T, D), zeros on padding.
+    """Embedding -> dropout -> (Bi)LSTM that never reads padding -> (B, T, D), zeros on padding.
 
-    Packing means padding never enters the recurrence (and cuDNN runs on GPU), so a review's
-    features do not depend on how long the other reviews of its batch are.
+    A review's features do not depend on how long the other reviews of its batch are. Two ways to
+    get there, same numbers (`rnn_impl`):
+    - "packed": `pack_padded_sequence(enforce_sorted=False)` (cuDNN on GPU).
+    - "reversed": padding sits after each review, so the forward direction runs on the padded batch
+      as is, and the backward direction on each review reversed within its own length, then
+      reversed back. On CPU this is ~20x faster than packing (torch 2.13: the packed backward
+      pass took 100 s vs 4.6 s for a 128 x 200 batch on one core), because the unpacked LSTM runs
+      on oneDNN.
+    - "auto" (default): packed on CUDA, reversed elsewhere.
     """
+
+    RNN_IMPLS = ("auto", "packed", "reversed")
 
     def __init__(
         self,
@@ -39,6 +48,7 @@ class LSTMEncoder(nn.Module):
         embed_dropout: float = 0.0,
         bidirectional: bool = True,
         pad_id: int = 0,
+        rnn_impl: str = "auto",
     ) -> None:
         super().__init__()
         for key, value in (
@@ -48,6 +58,11 @@ class LSTMEncoder(nn.Module):
         ):
             if value < 1:
                 raise ConfigError(f"model.{key}={value} must be >= 1 (set model.{key}=...)")
+        if rnn_impl not in self.RNN_IMPLS:
+            raise ConfigError(
+                f"model.rnn_impl '{rnn_impl}' is not one of {', '.join(self.RNN_IMPLS)} (set model.rnn_impl=...)"
+            )
+        self.rnn_impl = rnn_impl
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
         self.embed_dropout = nn.Dropout(embed_dropout)
         self.lstm = nn.LSTM(
@@ -62,18 +77,54 @@ class LSTMEncoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """input_ids (B, T), mask (B, T) -> features (B, T, D)."""
-        B, T = input_ids.shape
         embedded = self.embed_dropout(self.embedding(input_ids))  # (B, T, E)
-        # An empty review still needs length >= 1 to pack; its output is masked away downstream.
-        lengths = mask.sum(dim=1).clamp(min=1).cpu()
+        # An empty review still needs length >= 1; its output is masked away below.
+        lengths = mask.sum(dim=1).clamp(min=1)
+        impl = self.rnn_impl
+        if impl == "auto":
+            impl = "packed" if embedded.is_cuda else "reversed"
+        out = (
+            self._packed(embedded, lengths)
+            if impl == "packed"
+            else self._reversed(embedded, lengths)
+        )
+        return out * mask.unsqueeze(-1)
+
+    def _packed(self, embedded: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        T = embedded.shape[1]
         packed = nn.utils.rnn.pack_padded_sequence(
-            embedded, lengths, batch_first=True, enforce_sorted=False
+            embedded, lengths.cpu(), batch_first=True, enforce_sorted=False
         )
         out, _ = self.lstm(packed)
-        out, _ = nn.utils.rnn.pad_packed_sequence(
-            out, batch_first=True, total_length=T
-        )  # (B, T, D)
-        return out * mask.unsqueeze(-1)
+        out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=T)
+        return out  # (B, T, D)
+
+    def _reversed(self, embedded: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        B, T, _ = embedded.shape
+        positions = torch.arange(T, device=embedded.device).expand(B, T)  # (B, T)
+        # Position t of review b <-> position len_b - 1 - t; padding stays where it is.
+        flip = torch.where(
+            positions < lengths[:, None], lengths[:, None] - 1 - positions, positions
+        )
+        lstm, x = self.lstm, embedded
+        for layer in range(lstm.num_layers):
+            directions = [""] + (["_reverse"] if lstm.bidirectional else [])
+            outs = []
+            for suffix in directions:
+                weights = [
+                    getattr(lstm, f"{n}_l{layer}{suffix}")
+                    for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+                ]
+                inp = x if not suffix else x.gather(1, flip[..., None].expand_as(x))
+                zeros = x.new_zeros(1, B, lstm.hidden_size)
+                out = torch.lstm(
+                    inp, (zeros, zeros), weights, True, 1, 0.0, self.training, False, True
+                )[0]
+                outs.append(out if not suffix else out.gather(1, flip[..., None].expand_as(out)))
+            x = torch.cat(outs, dim=-1)  # (B, T, D)
+            if layer < lstm.num_layers - 1 and lstm.dropout > 0:
+                x = nn.functional.dropout(x, lstm.dropout, self.training)
+        return x
 
 
 def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
@@ -101,10 +152,18 @@ class _TextClassifier(nn.Module):
         dropout: float,
         embed_dropout: float,
         pad_id: int,
+        rnn_impl: str = "auto",
     ) -> None:
         super().__init__()
         self.encoder = LSTMEncoder(
-            vocab_size, embed_dim, hidden_size, num_layers, dropout, embed_dropout, pad_id=pad_id
+            vocab_size,
+            embed_dim,
+            hidden_size,
+            num_layers,
+            dropout,
+            embed_dropout,
+            pad_id=pad_id,
+            rnn_impl=rnn_impl,
         )
         self.dropout = nn.Dropout(dropout)
         self.head = nn.Linear(self.encoder.output_dim, num_classes)
@@ -135,6 +194,7 @@ class LSTMMean(_TextClassifier):
         dropout: float = 0.0,
         embed_dropout: float = 0.0,
         pad_id: int = 0,
+        rnn_impl: str = "auto",
     ) -> None:
         super().__init__(
             vocab_size,
@@ -145,6 +205,7 @@ class LSTMMean(_TextClassifier):
             dropout,
             embed_dropout,
             pad_id,
+            rnn_impl,
         )
 
     def pool(self, features, mask):
@@ -165,6 +226,7 @@ class LSTMAttention(_TextClassifier):
         dropout: float = 0.0,
         embed_dropout: float = 0.0,
         pad_id: int = 0,
+        rnn_impl: str = "auto",
     ) -> None:
         super().__init__(
             vocab_size,
@@ -175,6 +237,7 @@ class LSTMAttention(_TextClassifier):
             dropout,
             embed_dropout,
             pad_id,
+            rnn_impl,
         )
         if scorer is None:
             raise ConfigError(
@@ -220,6 +283,7 @@ class LSTMSelfAttention(_TextClassifier):
         embed_dropout: float = 0.0,
         attn_dropout: float = 0.0,
         pad_id: int = 0,
+        rnn_impl: str = "auto",
         max_seq_len: int = 512,
     ) -> None:
         super().__init__(
@@ -231,6 +295,7 @@ class LSTMSelfAttention(_TextClassifier):
             dropout,
             embed_dropout,
             pad_id,
+            rnn_impl,
         )
         if attention not in SELF_ATTENTIONS:
             raise ConfigError(

@@ -1,0 +1,172 @@
+"""IMDB throughput: the runner (Lightning Trainer + ClassificationTask) vs a plain PyTorch loop.
+
+Both train the same model (same init) on the same length-bucketed batches, in the same process,
+alternating runner and plain segments so that load from other processes hits both alike. Reported:
+reviews/s of each and their ratio (target >= 0.97), plus tokenisation throughput.
+
+    python bench/bench_imdb.py                                   # embedded sample
+    python bench/bench_imdb.py --data-dir /work/shared/data      # full IMDB
+    python bench/bench_imdb.py --device cuda --precision bf16-mixed
+"""
+
+import argparse
+import json
+import logging
+import os
+import time
+from functools import partial
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+import pytorch_lightning as pl  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from attnexp.data.imdb import IMDBDataModule, load_local, load_sample  # noqa: E402
+from attnexp.data.text import encode_texts, train_word_tokenizer  # noqa: E402
+from attnexp.models.lstm import LSTMAttention  # noqa: E402
+from attnexp.modules import DotScorer  # noqa: E402
+from attnexp.tasks import ClassificationTask  # noqa: E402
+
+
+class Timer(pl.Callback):
+    """Wall time of the training batches after `warmup`, excluding Trainer setup and teardown."""
+
+    def __init__(self, warmup: int) -> None:
+        self.warmup, self.start, self.end, self.reviews = warmup, None, None, 0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if batch_idx == self.warmup:
+            if pl_module.device.type == "cuda":
+                torch.cuda.synchronize()
+            self.start = time.perf_counter()
+        if batch_idx >= self.warmup:
+            self.reviews += len(batch["labels"])
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize()
+        self.end = time.perf_counter()
+
+
+def make_model(vocab_size: int, seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return LSTMAttention(vocab_size, 2, scorer=DotScorer, embed_dim=128, hidden_size=128)
+
+
+def runner_segment(dm, vocab_size, batches, warmup, args) -> float:
+    timer = Timer(warmup)
+    task = ClassificationTask(
+        make_model(vocab_size, 0), 2, optimizer=partial(torch.optim.Adam, lr=1e-3)
+    )
+    trainer = pl.Trainer(
+        accelerator=args.device,
+        devices=1,
+        precision=args.precision,
+        max_epochs=1,
+        limit_train_batches=warmup + batches,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[timer],
+    )
+    trainer.fit(task, train_dataloaders=dm.train_dataloader())
+    return timer.reviews / (timer.end - timer.start)
+
+
+def plain_segment(dm, vocab_size, batches, warmup, args) -> float:
+    device = torch.device(args.device)
+    model = make_model(vocab_size, 0).to(device).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    autocast = torch.autocast(
+        device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16-mixed"
+    )
+    reviews, start = 0, None
+    for i, batch in enumerate(dm.train_dataloader()):
+        if i == warmup + batches:
+            break
+        if i == warmup:
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        with autocast:
+            logits = model(batch["input_ids"], batch["mask"])
+            loss = F.cross_entropy(logits, batch["labels"])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        reviews += len(batch["labels"]) if i >= warmup else 0
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return reviews / (time.perf_counter() - start)
+
+
+def tokenization_throughput(texts: list[str]) -> dict:
+    start = time.perf_counter()
+    tokenizer = train_word_tokenizer(texts, vocab_size=30000, min_frequency=2)
+    train_s = time.perf_counter() - start
+    start = time.perf_counter()
+    ids = encode_texts(tokenizer, texts, 256)
+    encode_s = time.perf_counter() - start
+    tokens = sum(len(x) for x in ids)
+    return {
+        "texts": len(texts),
+        "train_tokenizer_s": round(train_s, 2),
+        "encode_reviews_per_s": round(len(texts) / encode_s),
+        "encode_tokens_per_s": round(tokens / encode_s),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--data-dir", default=None, help="folder holding imdb/ (default: embedded sample)"
+    )
+    parser.add_argument("--batches", type=int, default=12, help="timed batches per segment")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2, help="runner/plain segment pairs")
+    parser.add_argument("--max-seq-len", type=int, default=256)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--precision", default="32-true", help="32-true | bf16-mixed")
+    parser.add_argument("--cache-dir", default=None)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    raw = load_local(os.path.join(args.data_dir, "imdb")) if args.data_dir else load_sample()  # type: ignore[arg-type]
+    tokenization = tokenization_throughput(raw["train"]["text"])
+    dm = IMDBDataModule(
+        data_dir=args.data_dir or "/nonexistent",
+        source="local" if args.data_dir else "sample",
+        max_seq_len=args.max_seq_len,
+        batch_size=128,
+        cache_dir=args.cache_dir,
+    )
+    dm.setup("fit")
+    vocab_size = dm.model_kwargs["vocab_size"]
+    runner, plain = [], []
+    for _ in range(args.rounds):
+        plain.append(plain_segment(dm, vocab_size, args.batches, args.warmup, args))
+        runner.append(runner_segment(dm, vocab_size, args.batches, args.warmup, args))
+    result = {
+        "device": args.device if args.device != "cuda" else torch.cuda.get_device_name(),
+        "torch_threads": torch.get_num_threads(),
+        "precision": args.precision,
+        "data_source": dm.source,
+        "timed_batches_per_segment": args.batches,
+        "rounds": args.rounds,
+        "runner_reviews_per_s": [round(x, 1) for x in runner],
+        "plain_reviews_per_s": [round(x, 1) for x in plain],
+        "ratio_runner_over_plain": round(sum(runner) / sum(plain), 3),
+        "tokenization": tokenization,
+    }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
