@@ -122,3 +122,28 @@ def test_relaunching_strategy_rejected_in_a_local_multirun(monkeypatch):
     check_strategy("ddp_spawn", multirun=True)
     monkeypatch.setenv("SLURM_NTASKS", "4")
     check_strategy("ddp", multirun=True)
+
+
+@pytest.mark.parametrize(
+    ("variant", "target", "scorer"),
+    [
+        ("mean", "LSTMMean", None),
+        ("additive", "LSTMAttention", "AdditiveScorer"),
+        ("dot", "LSTMAttention", "DotScorer"),
+        ("mhsa", "LSTMSelfAttention", None),
+    ],
+)
+def test_imdb_table_rows_compose(compose_cfg, variant, target, scorer):
+    cfg = compose_cfg("experiment=imdb_table", f"+experiment/imdb={variant}")
+    assert get_class(cfg.model._target_).__name__ == target
+    assert cfg.trainer.max_epochs == 2 and cfg.data.max_seq_len == 256  # the nndl settings
+    if scorer is not None:
+        assert cfg.scorer._target_.endswith(scorer)
+    assert cfg.hydra.sweeper.params["+experiment/imdb"] == "mean,additive,dot,mhsa"
+
+
+def test_lcqmc_table_is_a_grid_over_impl_and_depth(compose_cfg):
+    cfg = compose_cfg("experiment=lcqmc_table")
+    assert get_class(cfg.model._target_).__name__ == "TransformerMatcher"
+    params = cfg.hydra.sweeper.params
+    assert params["model.impl"] == "custom,torch" and params["model.depth"] == "1,2"
