@@ -32,7 +32,7 @@ def plot_val_curves(
     ax.set_xlabel("epoch")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", loc="lower right")
+    ax.legend(fontsize="small", loc="best")
     fig.savefig(path, dpi=110)
     return Path(path)
 
@@ -58,6 +58,6 @@ def plot_bag_sizes(curves: dict[str, dict[int, list[float]]], path: Path) -> Pat
     ax.set_xlabel("digits per bag (test)")
     ax.set_ylabel("test accuracy")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", loc="lower left")
+    ax.legend(fontsize="small", loc="best")
     fig.savefig(path, dpi=110)
     return Path(path)
