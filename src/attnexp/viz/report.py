@@ -4,6 +4,7 @@ import statistics
 from pathlib import Path
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 COLORS = [f"C{i}" for i in range(10)]
 
@@ -30,6 +31,7 @@ def plot_val_curves(
                 label=f"{label} (n={len(runs)})" if j == 0 else None,
             )
     ax.set_xlabel("epoch")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small", loc="best")
@@ -56,6 +58,7 @@ def plot_bag_sizes(curves: dict[str, dict[int, list[float]]], path: Path) -> Pat
             label=label,
         )
     ax.set_xlabel("digits per bag (test)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("test accuracy")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small", loc="best")
