@@ -4,6 +4,7 @@ import inspect
 import logging
 from pathlib import Path
 
+from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig
 
@@ -30,6 +31,17 @@ def check_config(cfg: DictConfig, choices: dict[str, str | None]) -> None:
         )
 
 
+def instantiate_checked(node: DictConfig, **kwargs):
+    """hydra's instantiate, but a ConfigError raised by the constructor reaches the user as is
+    (not wrapped in an InstantiationException that buries the message)."""
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as err:
+        if isinstance(err.__cause__, ConfigError):
+            raise err.__cause__ from None
+        raise
+
+
 def check_data_dir(data_dir: str, overrides: list[str]) -> None:
     """A data dir given on the command line must exist; the default one may be missing (the
     DataModules then fall back to the hub or the embedded sample, with a WARNING)."""
@@ -47,7 +59,7 @@ def build_model(model_cfg: DictConfig, datamodule: AttnDataModule):
     accepted = inspect.signature(target).parameters
     runtime = {k: v for k, v in datamodule.model_kwargs.items() if k in accepted}
     log.info("model %s runtime sizes: %s", target.__name__, runtime)
-    return instantiate(model_cfg, **runtime)
+    return instantiate_checked(model_cfg, **runtime)
 
 
 def build(cfg: DictConfig, choices: dict[str, str | None], artifacts_dir: str | None = None):
@@ -57,7 +69,7 @@ def build(cfg: DictConfig, choices: dict[str, str | None], artifacts_dir: str | 
         reuses instead of rebuilding them (evaluate, predict).
     """
     check_config(cfg, choices)
-    datamodule: AttnDataModule = instantiate(cfg.data)
+    datamodule: AttnDataModule = instantiate_checked(cfg.data)
     if artifacts_dir is not None:
         datamodule.load_artifacts(str(artifacts_dir))
     datamodule.prepare_data()

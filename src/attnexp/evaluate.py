@@ -62,7 +62,9 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
             accelerator=cfg.trainer.accelerator,
             devices=cfg.trainer.devices,
             precision=cfg.trainer.precision or run_cfg.trainer.precision,
-            limit_test_batches=cfg.trainer.limit_test_batches,
+            limit_test_batches=cfg.trainer.limit_test_batches
+            if cfg.trainer.limit_test_batches is not None
+            else run_cfg.trainer.get("limit_test_batches"),
             enable_progress_bar=cfg.trainer.enable_progress_bar,
             logger=False,
             enable_checkpointing=False,

@@ -1,0 +1,162 @@
+"""Bag-MNIST training throughput (bags/s): the runner vs a plain PyTorch loop, same process.
+
+    python bench/bench_bag_mnist.py --data-dir /work/shared/data   # real MNIST
+    python bench/bench_bag_mnist.py                                 # default data/ or the sample
+
+Both sides train the same BagAttention (MLP backbone, additive context attention, hidden 256) with
+Adam (lr 1e-3) on bags of 3 from the same BagMNISTDataModule: fresh training bags drawn by the
+DataModule's loader, normalised by its `on_after_batch_transfer`.
+- runner: `pl.Trainer` + `ClassificationTask`, as in a real run minus its I/O: train metrics (acc,
+  macro F1) are computed and logged, but no logger writes them, no checkpoint, no validation.
+  `--full` adds what a real run adds: TensorBoard logger and ModelCheckpoint (save_last) at the end.
+- plain: for batch in loader: forward, cross-entropy, zero_grad, backward, step.
+Each measurement times `--batches` batches after `--warmup` untimed ones; runner and plain loop
+alternate `--repeats` times and the best of each is kept, which damps noise on shared CPUs.
+"""
+
+import argparse
+import json
+import logging
+import tempfile
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.loggers import TensorBoardLogger
+
+from attnexp.data.bag_mnist import BagMNISTDataModule
+from attnexp.models.bag import BagAttention
+from attnexp.modules import AdditiveScorer
+from attnexp.tasks import ClassificationTask
+
+
+def make_model(dm: BagMNISTDataModule, hidden: int) -> BagAttention:
+    torch.manual_seed(0)
+    return BagAttention(
+        dm.num_classes,
+        image_size=28,
+        hidden_size=hidden,
+        attention="context",
+        scorer=AdditiveScorer,
+    )
+
+
+def adam(params):
+    return torch.optim.Adam(params, lr=1e-3)
+
+
+def plain_loop(dm: BagMNISTDataModule, model: torch.nn.Module, batches: int, warmup: int) -> float:
+    optimizer = adam(model.parameters())
+    model.train()
+    bags, start = 0, None
+    for i, batch in enumerate(dm.train_dataloader()):
+        if i == warmup + batches:
+            break
+        if i == warmup:
+            start = time.perf_counter()
+        batch = dm.on_after_batch_transfer(batch, 0)
+        loss = F.cross_entropy(model(items=batch["items"], mask=batch["mask"]), batch["labels"])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        bags += len(batch["labels"]) if i >= warmup else 0
+    return bags / (time.perf_counter() - start)
+
+
+class Timer(pl.Callback):
+    """From the start of batch `warmup` to the end of the epoch (metrics computed there too)."""
+
+    def __init__(self, warmup: int) -> None:
+        self.warmup, self.start, self.end, self.bags = warmup, None, None, 0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if batch_idx == self.warmup:
+            self.start = time.perf_counter()
+        if batch_idx >= self.warmup:
+            self.bags += len(batch["labels"])
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self.end = time.perf_counter()
+
+
+def runner(
+    dm: BagMNISTDataModule, model: torch.nn.Module, batches: int, warmup: int, full: bool
+) -> float:
+    task = ClassificationTask(model, dm.num_classes, adam)
+    timer = Timer(warmup)
+    out = tempfile.mkdtemp()
+    extra = {}
+    if full:
+        extra = {
+            "logger": TensorBoardLogger(out, name="tb", version=""),
+            "callbacks": [timer, ModelCheckpoint(dirpath=f"{out}/checkpoints", save_last=True)],
+        }
+    trainer = pl.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        logger=extra.get("logger", False),
+        enable_checkpointing=full,
+        callbacks=extra.get("callbacks", [timer]),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        limit_train_batches=warmup + batches,
+        log_every_n_steps=20,
+        default_root_dir=out,
+    )
+    trainer.fit(task, datamodule=dm)
+    return timer.bags / (timer.end - timer.start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument(
+        "--data-dir", default="data", help="folder holding mnist/ (else the sample)"
+    )
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--batches", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--full", action="store_true", help="runner with TensorBoard + checkpoints")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: torch's)"
+    )
+    parser.add_argument("--out", default=None, help="write the results as JSON here")
+    args = parser.parse_args()
+    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dm = BagMNISTDataModule(args.data_dir, batch_size=args.batch_size, bag_size=3)
+    dm.setup("fit")
+    plain, run = [], []
+    for _ in range(args.repeats):
+        plain.append(plain_loop(dm, make_model(dm, args.hidden), args.batches, args.warmup))
+        run.append(runner(dm, make_model(dm, args.hidden), args.batches, args.warmup, args.full))
+        print(f"plain {plain[-1]:8.1f} bags/s   runner {run[-1]:8.1f} bags/s", flush=True)
+    results = {
+        "data_source": dm.source,
+        "runner": "full (TensorBoard + checkpoints)"
+        if args.full
+        else "minimal (no logger, no checkpoint)",
+        "threads": torch.get_num_threads(),
+        "batch_size": args.batch_size,
+        "batches": args.batches,
+        "plain_bags_s": max(plain),
+        "runner_bags_s": max(run),
+        "ratio": max(run) / max(plain),
+    }
+    print(
+        f"best of {args.repeats}: plain {results['plain_bags_s']:.1f} bags/s, runner "
+        f"{results['runner_bags_s']:.1f} bags/s, ratio {results['ratio']:.3f} ({results['runner']})"
+    )
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

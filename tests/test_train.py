@@ -1,0 +1,176 @@
+"""The runner end to end: a CLI run, evaluate, resume, seeded determinism and the error messages."""
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_helpers import TINY, run_cli
+from hydra.errors import ConfigCompositionException, MissingConfigException
+from imdb_data import train_in_process
+from mnist_data import FILES, write_mnist
+
+from attnexp.build import build, check_data_dir
+from attnexp.checkpoints import load_run
+from attnexp.errors import ConfigError
+from attnexp.runs import resolve_run_dir
+
+
+def read(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """One tiny `python -m attnexp` run (subprocess), shared by the CLI, evaluate and resume tests."""
+    tmp = tmp_path_factory.mktemp("cli")
+    result = run_cli(tmp, *TINY)
+    assert result.returncode == 0, result.stderr[-4000:]
+    (run_dir,) = (tmp / "outputs" / "runs").iterdir()
+    return tmp, run_dir, result
+
+
+def test_cli_run_writes_a_complete_run_dir(finished_run):
+    _, run_dir, result = finished_run
+    record = read(run_dir / "metrics.json")
+    assert record["status"] == "completed" and record["data_source"] == "sample"
+    assert record["device"] == "cpu" and record["seed"] == 0 and record["duration_s"] > 0
+    assert "data.batch_size=16" in record["overrides"] and record["version"]
+    for key in (
+        "val/acc",
+        "val/acc_best",
+        "test/acc",
+        "test/acc_bag1",
+        "test/acc_bag3",
+        "test/acc_variable",
+    ):
+        assert 0.0 <= record["metrics"][key] <= 1.0, key
+    assert any("sample" in w for w in record["warnings"])
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file() and (
+        run_dir / record["best_ckpt"]
+    ).is_file()
+    assert list((run_dir / "tb").glob("events.out.tfevents.*"))
+    assert (run_dir / ".hydra" / "config.yaml").is_file() and (run_dir / "train.log").is_file()
+    assert "test/acc" in result.stdout  # the summary
+
+
+def test_evaluate_writes_its_own_dir_with_the_same_metrics(finished_run):
+    tmp, run_dir, _ = finished_run
+    before = (run_dir / "metrics.json").read_text()
+    result = run_cli(
+        tmp,
+        f"ckpt_path={run_dir}/{read(run_dir / 'metrics.json')['best_ckpt']}",
+        "trainer.enable_progress_bar=false",
+        module="attnexp.evaluate",
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    (eval_dir,) = (tmp / "outputs" / "evals").iterdir()
+    record, run_record = read(eval_dir / "metrics.json"), read(run_dir / "metrics.json")
+    assert record["status"] == "completed" and record["run_dir"] == str(run_dir)
+    for key, value in run_record["metrics"].items():
+        if key.startswith("test/acc"):
+            assert record["metrics"][key] == pytest.approx(value, abs=1e-6), key
+    assert (run_dir / "metrics.json").read_text() == before  # the run's record is untouched
+    assert "test/acc_variable" in result.stdout
+
+
+def test_evaluate_errors(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_run(tmp_path / "nowhere.ckpt")
+    (tmp_path / "stray.ckpt").write_bytes(b"")
+    with pytest.raises(ConfigError, match="no run config"):
+        load_run(tmp_path / "stray.ckpt")
+
+
+def test_resume_auto_then_a_run_dir(finished_run):
+    tmp, run_dir, _ = finished_run
+    hydra_before = {p.name: p.read_text() for p in (run_dir / ".hydra").glob("*.yaml")}
+    first = read(run_dir / "metrics.json")
+    result = run_cli(tmp, *TINY, "resume=auto")  # the newest run with these overrides
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert list((tmp / "outputs" / "runs").iterdir()) == [run_dir]  # no new run dir
+    assert read(run_dir / "metrics.attempt1.json")["started_at"] == first["started_at"]
+
+    result = run_cli(tmp, *TINY, f"resume={run_dir}", "trainer.max_epochs=2")  # train on
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert list((tmp / "outputs" / "runs").iterdir()) == [run_dir]
+    record = read(run_dir / "metrics.json")
+    assert record["status"] == "completed" and record["resumed_from_attempt"] == 2
+    assert [h["epoch"] for h in record["history"]] == [0, 1]  # continued, not restarted
+    assert record["history"][1]["step"] == 2 * record["history"][0]["step"]
+    assert {p.name: p.read_text() for p in (run_dir / ".hydra").glob("*.yaml")} == hydra_before
+    assert len(list((run_dir / ".hydra").glob("resume_*"))) == 2  # each attempt's own overrides
+    assert len(list((run_dir / "tb").glob("events.out.tfevents.*"))) > 1  # same dashboard dir
+
+
+def test_resume_errors(tmp_path):
+    with pytest.raises(ConfigError, match=r"resume=.*nowhere: no checkpoints/last.ckpt"):
+        resolve_run_dir(str(tmp_path / "nowhere"), str(tmp_path), [])
+    assert Path(resolve_run_dir("auto", str(tmp_path), ["seed=1"])).parent == tmp_path  # none: new
+
+
+def test_same_seed_same_metrics(compose_cfg, tmp_path):
+    (tmp_path / "data").mkdir()
+    overrides = [*TINY, "trainer.accelerator=cpu", "logger=csv", "data.eval_variable_max=0"]
+    runs = [train_in_process(compose_cfg(*overrides), tmp_path / f"run{i}") for i in range(2)]
+    assert runs[0] == runs[1]
+    other = train_in_process(compose_cfg(*overrides, "seed=1"), tmp_path / "run_seed1")
+    assert other != runs[0]
+
+
+def built(compose_cfg, *overrides):
+    cfg = compose_cfg(*overrides)
+    return build(cfg, dict(cfg.hydra.runtime.choices))
+
+
+@pytest.mark.parametrize(
+    "overrides,error,match",
+    [
+        (["model=bag_atn"], MissingConfigException, r"Could not find 'model/bag_atn'"),
+        (
+            ["scorer=dott"],
+            MissingConfigException,
+            r"(?s)Could not find 'scorer/dott'.*additive.*bilinear",
+        ),
+        (["trainer.max_epoch=1"], ConfigCompositionException, r"trainer.max_epoch"),
+    ],
+)
+def test_unknown_options_and_keys(compose_cfg, overrides, error, match):
+    with pytest.raises(error, match=match):
+        compose_cfg(*overrides)
+
+
+@pytest.mark.parametrize(
+    "overrides,match",
+    [
+        (["data.bag_size=0"], r"data.bag_size=0 must be >= 1"),
+        (["model=bag_mlp", "scorer=dot"], r"model=bag_mlp has no attention scorer, so scorer=dot"),
+        (
+            ["model=bag_attn", "data=imdb"],
+            r"model=bag_attn reads 'bags' batches but data=imdb provides",
+        ),
+        (["model.backbone=resnet"], r"backbone 'resnet' is not one of mlp, conv"),
+        (["data.source=local"], r"data folder .*mnist does not exist"),
+    ],
+)
+def test_config_errors(compose_cfg, overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        built(compose_cfg, *overrides)
+
+
+def test_missing_and_corrupt_data_files(compose_cfg, tmp_path):
+    folder = write_mnist(tmp_path / "data", num_train=40, num_test=20)
+    (folder / FILES["train"][0]).write_bytes(b"garbage")
+    with pytest.raises(
+        ConfigError, match="train-images-idx3-ubyte.gz is not a readable gzip IDX file"
+    ):
+        built(compose_cfg)
+    (folder / FILES["train"][0]).unlink()
+    with pytest.raises(ConfigError, match="missing train-images-idx3-ubyte.gz"):
+        built(compose_cfg)
+
+
+def test_data_dir_that_does_not_exist(compose_cfg, tmp_path):
+    cfg = compose_cfg("trainer.max_epochs=1")  # compose_cfg sets paths.data_dir=<tmp>/data: absent
+    with pytest.raises(ConfigError, match=r"paths.data_dir=.*/data does not exist"):
+        train_in_process(cfg, tmp_path / "run")
+    check_data_dir(str(tmp_path / "absent"), ["trainer.max_epochs=1"])  # the default dir: no error
