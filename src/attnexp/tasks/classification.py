@@ -66,8 +66,12 @@ class ClassificationTask(pl.LightningModule):
     def forward(self, **inputs: torch.Tensor) -> torch.Tensor:
         return self.model(**inputs)
 
-    def _shared_step(self, batch: dict, stage: str, dataloader_idx: int = 0) -> torch.Tensor:
+    def _shared_step(self, batch: dict, stage: str, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
         inputs, labels = split_batch(batch)
+        # Metric objects are updated every step but handed to self.log once per epoch (batch 0):
+        # Lightning computes them from their accumulated state at epoch end, and each self.log of
+        # a Metric costs a deep .to() over its attributes (~20% of a bag-MNIST training step).
+        log_metric = batch_idx == 0
         logits = self.model(**inputs)
         loss = F.cross_entropy(logits, labels)
         batch_size = labels.shape[0]
@@ -78,24 +82,26 @@ class ClassificationTask(pl.LightningModule):
             # are torchmetrics and sync themselves); skipped in training to save a reduce per step.
             self.log(f"{stage}/loss", loss, on_step=stage == "train", on_epoch=True, prog_bar=True,
                      batch_size=batch_size, add_dataloader_idx=False, sync_dist=stage != "train")
-            self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage != "train",
-                          batch_size=batch_size, add_dataloader_idx=False)
+            if log_metric:
+                self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage != "train",
+                              batch_size=batch_size, add_dataloader_idx=False)
         else:  # an extra test set: accuracy only, under its own name
             name = self.test_set_names[dataloader_idx - 1]
             metric = self.extra_test_metrics[dataloader_idx - 1]
             metric.update(logits, labels)
-            self.log(f"test/acc_{name}", metric, on_step=False, on_epoch=True,
-                     batch_size=batch_size, add_dataloader_idx=False)
+            if log_metric:
+                self.log(f"test/acc_{name}", metric, on_step=False, on_epoch=True,
+                         batch_size=batch_size, add_dataloader_idx=False)
         return loss
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        return self._shared_step(batch, "train")
+        return self._shared_step(batch, "train", batch_idx)
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self._shared_step(batch, "val")
+        self._shared_step(batch, "val", batch_idx)
 
     def test_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._shared_step(batch, "test", dataloader_idx)
+        self._shared_step(batch, "test", batch_idx, dataloader_idx)
 
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(param_groups(self.model, self.weight_decay))
