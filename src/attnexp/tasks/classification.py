@@ -10,7 +10,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchmetrics import MetricCollection
+from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from attnexp.tasks.optim import param_groups
@@ -62,6 +62,7 @@ class ClassificationTask(pl.LightningModule):
         self.extra_test_metrics = nn.ModuleList(
             MulticlassAccuracy(num_classes, average="micro") for _ in self.test_set_names
         )
+        self.train_loss = MeanMetric()  # the epoch mean of train/loss, weighted by batch size
 
     def forward(self, **inputs: torch.Tensor) -> torch.Tensor:
         return self.model(**inputs)
@@ -78,10 +79,18 @@ class ClassificationTask(pl.LightningModule):
         if dataloader_idx == 0:
             metrics = getattr(self, f"{stage}_metrics")
             metrics.update(logits, labels)
-            # sync_dist: under DDP the val/test loss is the mean over all ranks (accuracy and F1
-            # are torchmetrics and sync themselves); skipped in training to save a reduce per step.
-            self.log(f"{stage}/loss", loss, on_step=stage == "train", on_epoch=True, prog_bar=True,
-                     batch_size=batch_size, add_dataloader_idx=False, sync_dist=stage != "train")
+            if stage == "train":  # the same tags as on_step + on_epoch logging, at a lower cost
+                self.train_loss.update(loss.detach(), batch_size)
+                if log_metric:
+                    self.log("train/loss_epoch", self.train_loss, on_step=False, on_epoch=True)
+                # Only on the steps the logger writes (every trainer.log_every_n_steps).
+                connector = getattr(self._trainer, "_logger_connector", None)
+                if connector is None or connector.should_update_logs:
+                    self.log("train/loss_step", loss, on_step=True, on_epoch=False, prog_bar=True,
+                             batch_size=batch_size)
+            else:  # sync_dist: under DDP the mean over all ranks (metrics sync themselves)
+                self.log(f"{stage}/loss", loss, on_epoch=True, prog_bar=True, batch_size=batch_size,
+                         add_dataloader_idx=False, sync_dist=True)
             if log_metric:
                 self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage != "train",
                               batch_size=batch_size, add_dataloader_idx=False)
