@@ -1,7 +1,7 @@
 """`python -m attnexp.evaluate ckpt_path=...`: test a trained checkpoint again, in a new eval dir.
 
 Data, model and task are rebuilt from the run's own `.hydra/config.yaml` (plus `paths.data_dir=`
-and `overrides=[...]`), the checkpoint is tested, and `<eval dir>/metrics.json` records the
+and `overrides=["key=value", ...]`), the checkpoint is tested, and `<eval dir>/metrics.json` records the
 metrics next to those the run itself reported.
 """
 
