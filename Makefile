@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)  ## create .venv and install torch, then attnexp with its dev extra
 
 quickstart: setup  ## a real experiment offline on the embedded sample data (< 3 min on 2 cores)
-	$(BIN)/python -m attnexp model=bag_attn scorer=dot trainer.max_epochs=5 trainer=cpu
+	$(BIN)/python -m attnexp model=lstm_attn scorer=dot trainer=cpu trainer.max_epochs=3 data.batch_size=32
 
 test: setup  ## the test suite (excludes slow tests)
 	$(BIN)/python -m pytest -q
@@ -50,6 +50,7 @@ tensorboard: setup  ## serve outputs/ on http://127.0.0.1:6006
 bench: setup  ## throughput benchmarks (runner vs plain PyTorch loop)
 	$(BIN)/python bench/bench_bag_mnist.py
 	$(BIN)/python bench/bench_lcqmc.py $(if $(wildcard data/lcqmc/dev.tsv),--data-dir data)
+	$(BIN)/python bench/bench_imdb.py $(if $(wildcard data/imdb/train.parquet),--data-dir data)
 
 clean:  ## remove caches (never outputs/)
 	rm -rf .ruff_cache .pytest_cache build dist src/*.egg-info
