@@ -77,6 +77,9 @@ def build(cfg: DictConfig, choices: dict[str, str | None], artifacts_dir: str | 
     model = build_model(cfg.model, datamodule)
     datamodule.adapt_to(model)
     task = instantiate(
-        cfg.task, model=model, num_classes=datamodule.num_classes, test_set_names=datamodule.test_set_names
+        cfg.task,
+        model=model,
+        num_classes=datamodule.num_classes,
+        test_set_names=datamodule.test_set_names,
     )
     return datamodule, task

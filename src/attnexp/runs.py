@@ -59,7 +59,9 @@ def resolve_run_dir(resume: str | None, runs_root: str, overrides: list[str]) ->
     if resume == "auto":
         found = find_resumable(root, list(overrides))
         if found is None:
-            log.warning("resume=auto: no earlier run with these overrides in %s; starting a new run", root)
+            log.warning(
+                "resume=auto: no earlier run with these overrides in %s; starting a new run", root
+            )
             return str(root / new_run_name())
         return str(found)
     run_dir = Path(resume).expanduser().resolve()
@@ -153,7 +155,11 @@ class RunRecord:
         _write_json(self.path, self.data)
 
     def complete(self, metrics: dict[str, float]) -> None:
-        self.update(status="completed", metrics=metrics, finished_at=datetime.now().isoformat(timespec="seconds"))
+        self.update(
+            status="completed",
+            metrics=metrics,
+            finished_at=datetime.now().isoformat(timespec="seconds"),
+        )
 
     def fail(self, err: BaseException) -> None:
         self.update(

@@ -18,7 +18,9 @@ MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 NUM_CLASSES = 10
 
 
-def batched_loader(dataset: BagDataset, batch_size: int, shuffle: bool, num_workers: int) -> DataLoader:
+def batched_loader(
+    dataset: BagDataset, batch_size: int, shuffle: bool, num_workers: int
+) -> DataLoader:
     """The dataset builds whole batches itself, so the loader hands it lists of positions."""
     sampler = RandomSampler(dataset) if shuffle else SequentialSampler(dataset)
     return DataLoader(
@@ -32,17 +34,17 @@ def batched_loader(dataset: BagDataset, batch_size: int, shuffle: bool, num_work
 
 class BagMNISTDataModule(AttnDataModule):
     """Args:
-        data_dir: folder holding `mnist/` with the four IDX `*-ubyte.gz` files.
-        source: auto | local | hub | sample.
-        bag_size: T for training and the main val/test sets (the largest size when `variable`).
-        variable: train on bags of min_bag_size..bag_size items (padded, masked).
-        label_rule: largest | parity.
-        val_fraction: share of training images held out (fixed for the seed) for validation bags.
-        eval_bag_sizes: extra fixed-size test sets, logged as test/acc_bag{n}.
-        eval_variable_max: extra test set of bags of 1..n items, logged as test/acc_variable (0: none).
-        num_train_bags: bags per training epoch (null: one per training image, as in the book, so
-            10 epochs match its 10 epochs).
-        num_eval_bags: bags per val/test set (null: pool size // mean bag size).
+    data_dir: folder holding `mnist/` with the four IDX `*-ubyte.gz` files.
+    source: auto | local | hub | sample.
+    bag_size: T for training and the main val/test sets (the largest size when `variable`).
+    variable: train on bags of min_bag_size..bag_size items (padded, masked).
+    label_rule: largest | parity.
+    val_fraction: share of training images held out (fixed for the seed) for validation bags.
+    eval_bag_sizes: extra fixed-size test sets, logged as test/acc_bag{n}.
+    eval_variable_max: extra test set of bags of 1..n items, logged as test/acc_variable (0: none).
+    num_train_bags: bags per training epoch (null: one per training image, as in the book, so
+        10 epochs match its 10 epochs).
+    num_eval_bags: bags per val/test set (null: pool size // mean bag size).
     """
 
     input_kind = "bags"
@@ -65,18 +67,30 @@ class BagMNISTDataModule(AttnDataModule):
         num_workers: int = 0,
     ) -> None:
         super().__init__()
-        for key, value in (("bag_size", bag_size), ("min_bag_size", min_bag_size), ("batch_size", batch_size)):
+        for key, value in (
+            ("bag_size", bag_size),
+            ("min_bag_size", min_bag_size),
+            ("batch_size", batch_size),
+        ):
             if value < 1:
                 raise ConfigError(f"data.{key}={value} must be >= 1 (set data.{key}=...)")
         if variable and min_bag_size > bag_size:
-            raise ConfigError(f"data.min_bag_size={min_bag_size} is larger than data.bag_size={bag_size}")
+            raise ConfigError(
+                f"data.min_bag_size={min_bag_size} is larger than data.bag_size={bag_size}"
+            )
         if not 0.0 < val_fraction < 1.0:
-            raise ConfigError(f"data.val_fraction={val_fraction} must be between 0 and 1 (exclusive)")
+            raise ConfigError(
+                f"data.val_fraction={val_fraction} must be between 0 and 1 (exclusive)"
+            )
         check_rule(label_rule)
         self.data_dir, self.source_request = Path(data_dir), source
         self.bag_size, self.variable, self.min_bag_size = bag_size, variable, min_bag_size
         self.label_rule, self.batch_size = label_rule, batch_size
-        self.val_fraction, self.num_train_bags, self.num_eval_bags = val_fraction, num_train_bags, num_eval_bags
+        self.val_fraction, self.num_train_bags, self.num_eval_bags = (
+            val_fraction,
+            num_train_bags,
+            num_eval_bags,
+        )
         self.eval_bag_sizes = [int(n) for n in eval_bag_sizes]
         self.eval_variable_max = eval_variable_max
         self.seed, self.num_workers = seed, num_workers
@@ -84,7 +98,12 @@ class BagMNISTDataModule(AttnDataModule):
 
     @property
     def model_kwargs(self) -> dict:
-        return {"num_classes": NUM_CLASSES, "image_size": 28, "channels": 1, "bag_size": self.bag_size}
+        return {
+            "num_classes": NUM_CLASSES,
+            "image_size": 28,
+            "channels": 1,
+            "bag_size": self.bag_size,
+        }
 
     @property
     def test_set_names(self) -> list[str]:
@@ -97,12 +116,20 @@ class BagMNISTDataModule(AttnDataModule):
             return
         too_big = [n for n in self.eval_bag_sizes if n > limit]
         if too_big:
-            log.warning("%s takes at most %d items: skipping test bags of sizes %s",
-                        type(model).__name__, limit, too_big)
+            log.warning(
+                "%s takes at most %d items: skipping test bags of sizes %s",
+                type(model).__name__,
+                limit,
+                too_big,
+            )
         self.eval_bag_sizes = [n for n in self.eval_bag_sizes if n <= limit]
         if self.eval_variable_max > limit:
-            log.warning("%s takes at most %d items: skipping the variable 1..%d test set",
-                        type(model).__name__, limit, self.eval_variable_max)
+            log.warning(
+                "%s takes at most %d items: skipping the variable 1..%d test set",
+                type(model).__name__,
+                limit,
+                self.eval_variable_max,
+            )
             self.eval_variable_max = 0
 
     def setup(self, stage: str | None = None) -> None:
@@ -113,20 +140,38 @@ class BagMNISTDataModule(AttnDataModule):
         num_val = int(len(images) * self.val_fraction)
         perm = torch.randperm(len(images), generator=torch.Generator().manual_seed(self.seed))
         val, train = perm[:num_val], perm[num_val:]
-        self.splits = {"train": (images[train], labels[train]), "val": (images[val], labels[val]),
-                       "test": splits["test"]}
-        log.info("MNIST (%s): %d train / %d val / %d test images", self.source,
-                 len(train), len(val), len(splits["test"][0]))
+        self.splits = {
+            "train": (images[train], labels[train]),
+            "val": (images[val], labels[val]),
+            "test": splits["test"],
+        }
+        log.info(
+            "MNIST (%s): %d train / %d val / %d test images",
+            self.source,
+            len(train),
+            len(val),
+            len(splits["test"][0]),
+        )
 
-    def _bags(self, split: str, min_size: int, max_size: int, seed_offset: int, resample: bool = False) -> BagDataset:
+    def _bags(
+        self, split: str, min_size: int, max_size: int, seed_offset: int, resample: bool = False
+    ) -> BagDataset:
         images, labels = self.splits[split]
         if resample:
             num_bags = self.num_train_bags if self.num_train_bags is not None else len(images)
         else:
             default = len(images) // max(1, (min_size + max_size) // 2)
             num_bags = self.num_eval_bags if self.num_eval_bags is not None else default
-        return BagDataset(images, labels, num_bags, min_size, max_size, self.label_rule,
-                          seed=self.seed * 1000 + seed_offset, resample=resample)
+        return BagDataset(
+            images,
+            labels,
+            num_bags,
+            min_size,
+            max_size,
+            self.label_rule,
+            seed=self.seed * 1000 + seed_offset,
+            resample=resample,
+        )
 
     def train_dataloader(self) -> DataLoader:
         min_size = self.min_bag_size if self.variable else self.bag_size
@@ -134,11 +179,18 @@ class BagMNISTDataModule(AttnDataModule):
         # sampler hands out: under DDP each rank needs its own stream, or all ranks would train on
         # the same bags. Rank 0 keeps the single-process stream (same seed, same numbers).
         rank = self.trainer.global_rank if self.trainer is not None else 0
-        data = self._bags("train", min_size, self.bag_size, 0 if rank == 0 else 500 + rank, resample=True)
+        data = self._bags(
+            "train", min_size, self.bag_size, 0 if rank == 0 else 500 + rank, resample=True
+        )
         return batched_loader(data, self.batch_size, True, self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
-        return batched_loader(self._bags("val", self.bag_size, self.bag_size, 1), self.batch_size, False, self.num_workers)
+        return batched_loader(
+            self._bags("val", self.bag_size, self.bag_size, 1),
+            self.batch_size,
+            False,
+            self.num_workers,
+        )
 
     def test_dataloader(self) -> list[DataLoader]:
         sets = [self._bags("test", self.bag_size, self.bag_size, 2)]
@@ -154,11 +206,14 @@ class BagMNISTDataModule(AttnDataModule):
         return {**batch, "items": items.unsqueeze(2)}
 
     def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor]:
-        data = self._bags("val", self.min_bag_size if self.variable else self.bag_size, self.bag_size, 7)
+        data = self._bags(
+            "val", self.min_bag_size if self.variable else self.bag_size, self.bag_size, 7
+        )
         return self.on_after_batch_transfer(data[list(range(min(num_examples, len(data))))], 0)
 
     def attention_figure(self, batch: dict, logits: torch.Tensor, attention) -> Figure:
         from attnexp.viz.bags import plot_bag_attention
 
-        return plot_bag_attention(batch["items"][:, :, 0], batch["mask"], attention,
-                                  batch["labels"], logits.argmax(-1))
+        return plot_bag_attention(
+            batch["items"][:, :, 0], batch["mask"], attention, batch["labels"], logits.argmax(-1)
+        )

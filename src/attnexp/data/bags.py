@@ -21,7 +21,9 @@ def sample_bags(
     return index * mask, mask
 
 
-def bag_labels(item_labels: torch.Tensor, index: torch.Tensor, mask: torch.Tensor, rule: str) -> torch.Tensor:
+def bag_labels(
+    item_labels: torch.Tensor, index: torch.Tensor, mask: torch.Tensor, rule: str
+) -> torch.Tensor:
     """largest: the largest label in the bag; parity: largest if the labels sum to even, else smallest."""
     labels = item_labels[index]  # (M, T)
     largest = labels.masked_fill(~mask, torch.iinfo(labels.dtype).min).amax(dim=1)
@@ -37,7 +39,9 @@ def bag_labels(item_labels: torch.Tensor, index: torch.Tensor, mask: torch.Tenso
 
 def check_rule(rule: str) -> None:
     if rule not in LABEL_RULES:
-        raise ConfigError(f"label rule '{rule}' is not one of {', '.join(LABEL_RULES)} (set data.label_rule=...)")
+        raise ConfigError(
+            f"label rule '{rule}' is not one of {', '.join(LABEL_RULES)} (set data.label_rule=...)"
+        )
 
 
 class BagDataset(Dataset):
@@ -59,14 +63,18 @@ class BagDataset(Dataset):
         resample: bool = False,
     ) -> None:
         if not 1 <= min_size <= max_size:
-            raise ConfigError(f"bag sizes must satisfy 1 <= min <= max, got min={min_size}, max={max_size} (set data.bag_size / data.min_bag_size)")
+            raise ConfigError(
+                f"bag sizes must satisfy 1 <= min <= max, got min={min_size}, max={max_size} (set data.bag_size / data.min_bag_size)"
+            )
         check_rule(rule)
         self.images, self.labels = images, labels
         self.num_bags, self.min_size, self.max_size = num_bags, min_size, max_size
         self.rule, self.resample = rule, resample
         self.generator = torch.Generator().manual_seed(seed)
         if not resample:
-            self.index, self.mask = sample_bags(num_bags, len(images), min_size, max_size, self.generator)
+            self.index, self.mask = sample_bags(
+                num_bags, len(images), min_size, max_size, self.generator
+            )
             self.bag_labels = bag_labels(labels, self.index, self.mask, rule)
 
     def __len__(self) -> int:
@@ -74,9 +82,19 @@ class BagDataset(Dataset):
 
     def __getitem__(self, positions: list[int]) -> dict[str, torch.Tensor]:
         if self.resample:
-            index, mask = sample_bags(len(positions), len(self.images), self.min_size, self.max_size, self.generator)
+            index, mask = sample_bags(
+                len(positions), len(self.images), self.min_size, self.max_size, self.generator
+            )
             labels = bag_labels(self.labels, index, mask, self.rule)
         else:
             positions = torch.as_tensor(positions)
-            index, mask, labels = self.index[positions], self.mask[positions], self.bag_labels[positions]
-        return {"items": self.images[index], "mask": mask, "labels": labels}  # items (B, T, S, S) uint8
+            index, mask, labels = (
+                self.index[positions],
+                self.mask[positions],
+                self.bag_labels[positions],
+            )
+        return {
+            "items": self.images[index],
+            "mask": mask,
+            "labels": labels,
+        }  # items (B, T, S, S) uint8

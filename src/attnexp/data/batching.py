@@ -40,7 +40,11 @@ class BucketBatchSampler(Sampler[list[int]]):
         batches = []
         for pool in order.split(self.pool_size):
             pool = pool[torch.argsort(self.lengths[pool], stable=True)]
-            batches += [b for b in pool.split(self.batch_size) if not self.drop_last or len(b) == self.batch_size]
+            batches += [
+                b
+                for b in pool.split(self.batch_size)
+                if not self.drop_last or len(b) == self.batch_size
+            ]
         if self.shuffle:
             batches = [batches[i] for i in torch.randperm(len(batches), generator=generator)]
         return iter([b.tolist() for b in batches])
@@ -52,7 +56,9 @@ class BucketBatchSampler(Sampler[list[int]]):
         return sum(-(-len(p) // self.batch_size) for p in torch.arange(n).split(self.pool_size))
 
 
-def pad_sequences(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_sequences(
+    sequences: Sequence[Sequence[int]], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Ragged token ids -> ids (B, T) padded with pad_id, mask (B, T) True on real tokens."""
     T = max((len(s) for s in sequences), default=0)
     ids = torch.full((len(sequences), max(T, 1)), pad_id, dtype=torch.long)

@@ -25,13 +25,18 @@ Split = tuple[torch.Tensor, torch.Tensor]  # images (N, S, S) uint8, labels (N,)
 def read_idx(path: Path, expected_ndim: int) -> np.ndarray:
     """Parse one gzipped IDX file (magic 0x0000080N, N dims, big-endian sizes, uint8 data)."""
     try:
-        raw = gzip.open(path).read()
+        with gzip.open(path) as file:
+            raw = file.read()
     except (OSError, EOFError) as err:
-        raise ConfigError(f"{path} is not a readable gzip IDX file ({err}); re-download it") from err
+        raise ConfigError(
+            f"{path} is not a readable gzip IDX file ({err}); re-download it"
+        ) from err
     magic = int.from_bytes(raw[:4], "big")
     ndim = magic & 0xFF
     if magic >> 8 != 0x08 or ndim != expected_ndim:
-        raise ConfigError(f"{path}: bad IDX header (magic {magic:#010x}, want {0x800 + expected_ndim:#010x})")
+        raise ConfigError(
+            f"{path}: bad IDX header (magic {magic:#010x}, want {0x800 + expected_ndim:#010x})"
+        )
     shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
     body = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
     if body.size != int(np.prod(shape)):
@@ -40,7 +45,9 @@ def read_idx(path: Path, expected_ndim: int) -> np.ndarray:
 
 
 def load_local(folder: Path) -> dict[str, Split]:
-    missing = [name for pair in IDX_FILES.values() for name in pair if not (folder / name).is_file()]
+    missing = [
+        name for pair in IDX_FILES.values() for name in pair if not (folder / name).is_file()
+    ]
     if missing:
         raise ConfigError(
             f"MNIST: missing {', '.join(missing)} in {folder} (the four standard *-ubyte.gz files "
@@ -51,7 +58,9 @@ def load_local(folder: Path) -> dict[str, Split]:
         images = read_idx(folder / images_file, 3)
         labels = read_idx(folder / labels_file, 1)
         if len(images) != len(labels):
-            raise ConfigError(f"MNIST {split}: {len(images)} images but {len(labels)} labels in {folder}")
+            raise ConfigError(
+                f"MNIST {split}: {len(images)} images but {len(labels)} labels in {folder}"
+            )
         splits[split] = (torch.from_numpy(images.copy()), torch.from_numpy(labels.astype(np.int64)))
     return splits
 
@@ -63,14 +72,20 @@ def load_hub() -> dict[str, Split]:
     splits = {}
     for split in ("train", "test"):
         images = np.stack([np.asarray(img, dtype=np.uint8) for img in ds[split]["image"]])
-        splits[split] = (torch.from_numpy(images), torch.tensor(ds[split]["label"], dtype=torch.int64))
+        splits[split] = (
+            torch.from_numpy(images),
+            torch.tensor(ds[split]["label"], dtype=torch.int64),
+        )
     return splits
 
 
 def load_sample() -> dict[str, Split]:
     with np.load(sample_path(SAMPLE_FILE)) as arrays:
         return {
-            split: (torch.from_numpy(arrays[f"{split}_images"]), torch.from_numpy(arrays[f"{split}_labels"]).long())
+            split: (
+                torch.from_numpy(arrays[f"{split}_images"]),
+                torch.from_numpy(arrays[f"{split}_labels"]).long(),
+            )
             for split in ("train", "test")
         }
 

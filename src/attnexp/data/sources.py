@@ -19,7 +19,10 @@ SOURCES = ("auto", "local", "hub", "sample")
 
 
 def hub_offline() -> bool:
-    return any(os.environ.get(v, "0") not in ("0", "", "false") for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return any(
+        os.environ.get(v, "0") not in ("0", "", "false")
+        for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
 
 
 def sample_path(name: str) -> Path:
@@ -37,7 +40,9 @@ def resolve(
 ) -> tuple[T, str]:
     """Load `dataset` from the requested source; returns (data, source used)."""
     if source not in SOURCES:
-        raise ConfigError(f"data.source '{source}' is not one of {', '.join(SOURCES)} (set data.source=...)")
+        raise ConfigError(
+            f"data.source '{source}' is not one of {', '.join(SOURCES)} (set data.source=...)"
+        )
     if source == "local" or (source == "auto" and local_dir.is_dir()):
         if not local_dir.is_dir():
             raise ConfigError(
@@ -45,18 +50,22 @@ def resolve(
                 f"paths.data_dir=<folder holding {local_dir.name}/>, or data.source=auto)"
             )
         return load_local(local_dir), "local"
-    if source in ("auto", "hub") and load_hub is not None:
-        if source == "hub" or not hub_offline():
-            try:
-                return load_hub(), "hub"
-            except Exception as err:  # network, auth or format: say which, then fall back
-                if source == "hub":
-                    raise ConfigError(f"{dataset}: could not load from the HF hub: {err}") from err
-                log.warning("%s: no local files in %s and the HF hub failed (%s)", dataset, local_dir, err)
+    if load_hub is not None and (source == "hub" or (source == "auto" and not hub_offline())):
+        try:
+            return load_hub(), "hub"
+        except Exception as err:  # network, auth or format: say which, then fall back
+            if source == "hub":
+                raise ConfigError(f"{dataset}: could not load from the HF hub: {err}") from err
+            log.warning(
+                "%s: no local files in %s and the HF hub failed (%s)", dataset, local_dir, err
+            )
     if source in ("auto", "sample") and load_sample is not None:
         log.warning(
             "%s: using the small embedded SAMPLE, not the full dataset (no files in %s; set "
-            "paths.data_dir=<folder holding %s/> for real runs)", dataset, local_dir, local_dir.name,
+            "paths.data_dir=<folder holding %s/> for real runs)",
+            dataset,
+            local_dir,
+            local_dir.name,
         )
         return load_sample(), "sample"
     raise ConfigError(

@@ -40,7 +40,9 @@ def item_backbone(kind: str, image_size: int, channels: int, hidden_size: int) -
             nn.Linear(64 * reduced * reduced, hidden_size),
             nn.LeakyReLU(),
         )
-    raise ConfigError(f"backbone '{kind}' is not one of {', '.join(BACKBONES)} (set model.backbone=...)")
+    raise ConfigError(
+        f"backbone '{kind}' is not one of {', '.join(BACKBONES)} (set model.backbone=...)"
+    )
 
 
 def classifier_head(hidden_size: int, num_classes: int) -> nn.Module:
@@ -58,7 +60,12 @@ class BagMLP(nn.Module):
     input_kind = "bags"
 
     def __init__(
-        self, num_classes: int, bag_size: int, image_size: int, channels: int = 1, hidden_size: int = 256
+        self,
+        num_classes: int,
+        bag_size: int,
+        image_size: int,
+        channels: int = 1,
+        hidden_size: int = 256,
     ) -> None:
         super().__init__()
         self.max_bag_size = bag_size
@@ -120,7 +127,9 @@ class BagAttention(nn.Module):
                 f"attention '{attention}' is not one of {', '.join(ATTENTIONS)} (set model.attention=...)"
             )
         if attention == "context" and scorer is None:
-            raise ConfigError("model.attention=context needs a scorer (set scorer=additive|dot|...)")
+            raise ConfigError(
+                "model.attention=context needs a scorer (set scorer=additive|dot|...)"
+            )
         self.backbone = item_backbone(backbone, image_size, channels, hidden_size)
         if attention == "simple":
             self.pool = AttentionPooling(hidden_size, SimpleScorer(hidden_size), query="none")

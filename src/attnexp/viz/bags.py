@@ -6,7 +6,11 @@ from matplotlib.figure import Figure
 
 
 def plot_bag_attention(
-    images: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | None, labels: torch.Tensor, preds: torch.Tensor
+    images: torch.Tensor,
+    mask: torch.Tensor,
+    weights: torch.Tensor | None,
+    labels: torch.Tensor,
+    preds: torch.Tensor,
 ) -> Figure:
     """images (B, T, S, S), mask (B, T), weights (B, T) or None -> a B x T grid of digits."""
     images, mask, labels, preds = (t.detach().float().cpu() for t in (images, mask, labels, preds))
