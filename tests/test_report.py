@@ -143,3 +143,13 @@ def test_single_run_dir_and_cli(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert report.main([str(tmp_path / "empty")]) == 2
     assert "no metrics.json" in capsys.readouterr().err
+
+
+def test_folder_of_symlinks_to_runs(sweep, tmp_path):
+    picked = tmp_path / "picked"
+    picked.mkdir()
+    for name in ("0_scorer=dot,seed=0", "2_scorer=additive,seed=0"):
+        (picked / name).symlink_to(sweep / name, target_is_directory=True)
+    (picked / "loop").symlink_to(picked, target_is_directory=True)  # a cycle is walked once
+    runs = report.find_runs(picked)
+    assert sorted(r.name for r in runs) == ["0_scorer=dot,seed=0", "2_scorer=additive,seed=0"]

@@ -11,6 +11,7 @@ import argparse
 import csv
 import json
 import logging
+import os
 import re
 import statistics
 import sys
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 # Shown in the Markdown tables when present (the CSV has every metric).
 MAIN_METRICS = ("val/acc_best", "val/acc", "test/acc", "test/acc_variable", "test/f1")
 NOT_VARIANT = ("seed", "resume", "paths.", "hydra.", "trainer.enable_progress_bar")
+SKIP_DIRS = {"checkpoints", "tb", ".hydra", ".submitit", "__pycache__"}  # never hold run records
 BAG_METRIC = re.compile(r"^test/acc_bag(\d+)$")
 
 
@@ -84,12 +86,28 @@ def load_run(path: Path, root: Path) -> Run:
 
 def find_runs(root: Path) -> list[Run]:
     """Every run under `root` (a run dir is a folder holding metrics.json), in a stable order."""
-    paths = sorted(root.rglob(METRICS_FILE), key=lambda p: _natural_key(str(p.relative_to(root))))
+    paths = sorted(_record_files(root), key=lambda p: _natural_key(str(p.relative_to(root))))
     runs = [load_run(p, root) for p in paths]
     varied = varied_keys(runs)
     for run in runs:
         run.variant = {k: run.overrides.get(k, "-") for k in varied}
     return runs
+
+
+def _record_files(root: Path) -> list[Path]:
+    """Every metrics.json under root, following symlinked run dirs (a hand-picked folder of links
+    to runs is a comparison too), each real folder once."""
+    found, seen = [], set()
+    for folder, subdirs, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:
+            subdirs[:] = []
+            continue
+        seen.add(real)
+        subdirs[:] = [d for d in subdirs if d not in SKIP_DIRS]
+        if METRICS_FILE in files:
+            found.append(Path(folder) / METRICS_FILE)
+    return found
 
 
 def _natural_key(text: str) -> list:
