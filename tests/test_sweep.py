@@ -147,3 +147,17 @@ def test_lcqmc_table_is_a_grid_over_impl_and_depth(compose_cfg):
     assert get_class(cfg.model._target_).__name__ == "TransformerMatcher"
     params = cfg.hydra.sweeper.params
     assert params["model.impl"] == "custom,torch" and params["model.depth"] == "1,2"
+
+
+def test_failed_jobs_callback_counts_each_unfinished_record_once(tmp_path, monkeypatch):
+    from attnexp import train
+    from attnexp.sweeps import FailedJobs
+
+    monkeypatch.chdir(tmp_path)
+    for name, status in (("0_a", "completed"), ("1_b", "failed"), ("2_c", "running")):
+        (tmp_path / "sweep" / name).mkdir(parents=True)
+        (tmp_path / "sweep" / name / "metrics.json").write_text(json.dumps({"status": status}))
+    # job 1 was already counted in-process (absolute path); the sweep dir is relative
+    monkeypatch.setattr(train, "FAILED_JOBS", [str(tmp_path / "sweep" / "1_b")])
+    FailedJobs().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": "sweep"}}}))
+    assert sorted(train.FAILED_JOBS) == [str(tmp_path / "sweep" / n) for n in ("1_b", "2_c")]

@@ -79,13 +79,14 @@ class FailedJobs(Callback):
         from attnexp.train import FAILED_JOBS
 
         sweep_dir = Path(config.hydra.sweep.dir)
+        known = {Path(p).resolve() for p in FAILED_JOBS}  # already counted by this process
         for path in sorted(sweep_dir.glob(f"*/{METRICS_FILE}")):
             try:
                 status = json.loads(path.read_text()).get("status")
             except (OSError, json.JSONDecodeError) as err:
                 status = f"unreadable ({err})"
-            if status != "completed" and str(path.parent) not in FAILED_JOBS:
-                FAILED_JOBS.append(str(path.parent))
+            if status != "completed" and path.parent.resolve() not in known:
+                FAILED_JOBS.append(str(path.parent.resolve()))
 
 
 # Lightning strategies that start the other ranks by re-running the command line. Under a Hydra
