@@ -26,6 +26,7 @@ from attnexp.data.text import (
     TRUNCATIONS,
     UNK_ID,
     default_cache_dir,
+    encode_texts,
     load_tokenizer,
     save_tokenizer,
     texts_hash,
@@ -323,8 +324,6 @@ class IMDBDataModule(AttnDataModule):
         return notes
 
     def encode_raw(self, examples: list[dict[str, str]]) -> dict[str, torch.Tensor]:
-        from attnexp.data.text import encode_texts
-
         ids = encode_texts(
             self.tokenizer, [e["text"] for e in examples], self.max_seq_len, self.truncation
         )
