@@ -4,7 +4,6 @@ Shapes: B reviews, T tokens (padded), E embedding size, H LSTM hidden size per d
 D = 2H (bidirectional) features per token, nh heads. `mask` (B, T) is True on real tokens.
 """
 
-import math
 from collections.abc import Callable
 
 import torch
@@ -18,6 +17,7 @@ from attnexp.modules import (
     masked_mean,
     masked_softmax,
 )
+from attnexp.modules.embeddings import sinusoidal_table
 
 SELF_ATTENTIONS = ("mhsa", "simple")
 
@@ -127,16 +127,6 @@ class LSTMEncoder(nn.Module):
         return x
 
 
-def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
-    """(T, E) fixed sine/cosine positional encoding (Vaswani et al.)."""
-    position = torch.arange(length).unsqueeze(1)  # (T, 1)
-    freq = torch.exp(torch.arange(0, dim, 2) * (-math.log(10000.0) / dim))  # (E/2,)
-    table = torch.zeros(length, dim)
-    table[:, 0::2] = torch.sin(position * freq)
-    table[:, 1::2] = torch.cos(position * freq[: dim // 2])
-    return table
-
-
 class _TextClassifier(nn.Module):
     """Shared parts: the encoder and the classifier head; subclasses pool the token features."""
 
@@ -146,12 +136,12 @@ class _TextClassifier(nn.Module):
         self,
         vocab_size: int,
         num_classes: int,
-        embed_dim: int,
-        hidden_size: int,
-        num_layers: int,
-        dropout: float,
-        embed_dropout: float,
-        pad_id: int,
+        embed_dim: int = 128,
+        hidden_size: int = 128,
+        num_layers: int = 1,
+        dropout: float = 0.0,
+        embed_dropout: float = 0.0,
+        pad_id: int = 0,
         rnn_impl: str = "auto",
     ) -> None:
         super().__init__()
@@ -183,30 +173,6 @@ class _TextClassifier(nn.Module):
 
 class LSTMMean(_TextClassifier):
     """BiLSTM -> masked mean over tokens -> linear: the no-attention baseline."""
-
-    def __init__(
-        self,
-        vocab_size: int,
-        num_classes: int,
-        embed_dim: int = 128,
-        hidden_size: int = 128,
-        num_layers: int = 1,
-        dropout: float = 0.0,
-        embed_dropout: float = 0.0,
-        pad_id: int = 0,
-        rnn_impl: str = "auto",
-    ) -> None:
-        super().__init__(
-            vocab_size,
-            num_classes,
-            embed_dim,
-            hidden_size,
-            num_layers,
-            dropout,
-            embed_dropout,
-            pad_id,
-            rnn_impl,
-        )
 
     def pool(self, features, mask):
         return masked_mean(features, mask), None
@@ -307,7 +273,7 @@ class LSTMSelfAttention(_TextClassifier):
         if not use_lstm:
             del self.encoder.lstm  # only the embedding is used
             self.register_buffer(
-                "positions", sinusoidal_positions(max_seq_len, embed_dim), persistent=False
+                "positions", sinusoidal_table(max_seq_len, embed_dim), persistent=False
             )
             self.head = nn.Linear(width, num_classes)
         if attention == "mhsa":
