@@ -26,7 +26,11 @@ def compose_cfg(tmp_path):
         with initialize_config_module("attnexp.conf", version_base="1.3"):
             return compose(
                 config_name,
-                overrides=[f"paths.log_dir={tmp_path}/outputs", f"paths.data_dir={tmp_path}/data", *overrides],
+                overrides=[
+                    f"paths.log_dir={tmp_path}/outputs",
+                    f"paths.data_dir={tmp_path}/data",
+                    *overrides,
+                ],
                 return_hydra_config=True,
             )
 

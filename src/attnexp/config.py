@@ -9,10 +9,12 @@ from attnexp.sweeps import sweep_subdir
 def register_resolvers() -> None:
     resolvers = {
         "attnexp.run_name": lambda: new_run_name(),
-        "attnexp.run_dir": lambda resume, root, overrides: resolve_run_dir(resume, root, list(overrides)),
+        "attnexp.run_dir": lambda resume, root, overrides: resolve_run_dir(
+            resume, root, list(overrides)
+        ),
         "attnexp.hydra_subdir": hydra_subdir,
-        "attnexp.sweep_subdir": lambda num, sweep_dir, overrides, fallback, params=None: sweep_subdir(
-            num, sweep_dir, list(overrides), fallback, params
+        "attnexp.sweep_subdir": lambda num, sweep_dir, overrides, fallback, params=None: (
+            sweep_subdir(num, sweep_dir, list(overrides), fallback, params)
         ),
     }
     for name, fn in resolvers.items():

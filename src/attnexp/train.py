@@ -34,7 +34,9 @@ register_resolvers()
 
 
 def scalar_metrics(metrics: dict) -> dict[str, float]:
-    return {k: float(v) for k, v in sorted(metrics.items()) if torch.is_tensor(v) and v.numel() == 1}
+    return {
+        k: float(v) for k, v in sorted(metrics.items()) if torch.is_tensor(v) and v.numel() == 1
+    }
 
 
 def device_name(trainer: pl.Trainer) -> str:
@@ -54,14 +56,21 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     check_strategy(cfg.trainer.get("strategy"), HydraConfig.get().mode == RunMode.MULTIRUN)
     check_data_dir(cfg.paths.data_dir, list(HydraConfig.get().overrides.task))
     datamodule, task = build(cfg, choices)
-    record.update(data_source=datamodule.source, choices={k: v for k, v in choices.items() if not k.startswith("hydra")},
-                  num_params=sum(p.numel() for p in task.model.parameters()))
+    record.update(
+        data_source=datamodule.source,
+        choices={k: v for k, v in choices.items() if not k.startswith("hydra")},
+        num_params=sum(p.numel() for p in task.model.parameters()),
+    )
     if datamodule.source == "sample":
         record.warn("data: trained on the embedded sample, not the full dataset")
     datamodule.save_artifacts(str(run_dir))
 
-    callbacks = [instantiate(c) for c in cfg.callbacks.values() if c is not None] + [EpochHistory(record)]
-    loggers = [instantiate(c) for c in cfg.logger.values() if c is not None] if cfg.get("logger") else []
+    callbacks = [instantiate(c) for c in cfg.callbacks.values() if c is not None] + [
+        EpochHistory(record)
+    ]
+    loggers = (
+        [instantiate(c) for c in cfg.logger.values() if c is not None] if cfg.get("logger") else []
+    )
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
     record.update(device=device_name(trainer))
 
@@ -76,9 +85,15 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     best = checkpoint.best_model_path if checkpoint is not None else ""
     if best:
         metrics[f"{checkpoint.monitor}_best"] = best_score(checkpoint, best)
-        record.update(best_ckpt=str(Path(best).relative_to(run_dir)) if Path(best).is_relative_to(run_dir) else best)
+        record.update(
+            best_ckpt=str(Path(best).relative_to(run_dir))
+            if Path(best).is_relative_to(run_dir)
+            else best
+        )
     else:
-        record.warn("no best checkpoint (checkpointing off, e.g. fast_dev_run): testing the final weights")
+        record.warn(
+            "no best checkpoint (checkpointing off, e.g. fast_dev_run): testing the final weights"
+        )
     if cfg.get("test", True):
         trainer.test(task, datamodule=datamodule, ckpt_path=best or None)
         metrics.update(scalar_metrics(trainer.callback_metrics))
@@ -126,8 +141,12 @@ def is_other_rank() -> bool:
 def run(cfg: DictConfig) -> dict[str, float]:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
-    record = RunRecord(run_dir, seed=cfg.get("seed"), overrides=list(hydra_cfg.overrides.task),
-                       write=not is_other_rank())
+    record = RunRecord(
+        run_dir,
+        seed=cfg.get("seed"),
+        overrides=list(hydra_cfg.overrides.task),
+        write=not is_other_rank(),
+    )
     record.start()
     try:
         metrics = fit_and_test(cfg, run_dir, record)

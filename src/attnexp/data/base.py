@@ -67,8 +67,13 @@ class AttnDataModule(pl.LightningDataModule):
         """Readable name of a class."""
         return str(class_index)
 
-    def prediction_figures(self, batch: dict[str, torch.Tensor], probs: torch.Tensor, attention: Any,
-                           out_stems: list[Path | None]) -> list[Path]:
+    def prediction_figures(
+        self,
+        batch: dict[str, torch.Tensor],
+        probs: torch.Tensor,
+        attention: Any,
+        out_stems: list[Path | None],
+    ) -> list[Path]:
         """Draw example i's attention to files `out_stems[i]`.png/.html/... (None: skip it); returns
         the paths written.
 

@@ -62,14 +62,17 @@ class ClassificationTask(pl.LightningModule):
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
         self.extra_test_metrics = nn.ModuleList(
-            MulticlassAccuracy(num_classes, average="micro", validate_args=False) for _ in self.test_set_names
+            MulticlassAccuracy(num_classes, average="micro", validate_args=False)
+            for _ in self.test_set_names
         )
         self.train_loss = MeanMetric()  # the epoch mean of train/loss, weighted by batch size
 
     def forward(self, **inputs: torch.Tensor) -> torch.Tensor:
         return self.model(**inputs)
 
-    def _shared_step(self, batch: dict, stage: str, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
+    def _shared_step(
+        self, batch: dict, stage: str, batch_idx: int, dataloader_idx: int = 0
+    ) -> torch.Tensor:
         inputs, labels = split_batch(batch)
         # Metric objects are updated every step but handed to self.log once per epoch (batch 0):
         # Lightning computes them from their accumulated state at epoch end, and each self.log of
@@ -88,21 +91,46 @@ class ClassificationTask(pl.LightningModule):
                 # Only on the steps the logger writes (every trainer.log_every_n_steps).
                 connector = getattr(self._trainer, "_logger_connector", None)
                 if connector is None or connector.should_update_logs:
-                    self.log("train/loss_step", loss, on_step=True, on_epoch=False, prog_bar=True,
-                             batch_size=batch_size)
+                    self.log(
+                        "train/loss_step",
+                        loss,
+                        on_step=True,
+                        on_epoch=False,
+                        prog_bar=True,
+                        batch_size=batch_size,
+                    )
             else:  # sync_dist: under DDP the mean over all ranks (metrics sync themselves)
-                self.log(f"{stage}/loss", loss, on_epoch=True, prog_bar=True, batch_size=batch_size,
-                         add_dataloader_idx=False, sync_dist=True)
+                self.log(
+                    f"{stage}/loss",
+                    loss,
+                    on_epoch=True,
+                    prog_bar=True,
+                    batch_size=batch_size,
+                    add_dataloader_idx=False,
+                    sync_dist=True,
+                )
             if log_metric:
-                self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage != "train",
-                              batch_size=batch_size, add_dataloader_idx=False)
+                self.log_dict(
+                    metrics,
+                    on_step=False,
+                    on_epoch=True,
+                    prog_bar=stage != "train",
+                    batch_size=batch_size,
+                    add_dataloader_idx=False,
+                )
         else:  # an extra test set: accuracy only, under its own name
             name = self.test_set_names[dataloader_idx - 1]
             metric = self.extra_test_metrics[dataloader_idx - 1]
             metric.update(logits, labels)
             if log_metric:
-                self.log(f"test/acc_{name}", metric, on_step=False, on_epoch=True,
-                         batch_size=batch_size, add_dataloader_idx=False)
+                self.log(
+                    f"test/acc_{name}",
+                    metric,
+                    on_step=False,
+                    on_epoch=True,
+                    batch_size=batch_size,
+                    add_dataloader_idx=False,
+                )
         return loss
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
@@ -121,4 +149,7 @@ class ClassificationTask(pl.LightningModule):
         scheduler = self.scheduler_factory(
             optimizer, num_training_steps=int(self.trainer.estimated_stepping_batches)
         )
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+        }
