@@ -98,7 +98,8 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         trainer.test(task, datamodule=datamodule, ckpt_path=best or None)
         metrics.update(scalar_metrics(trainer.callback_metrics))
 
-    hparams = OmegaConf.to_container(cfg, resolve=True)
+    config = OmegaConf.to_container(cfg, resolve=True)
+    hparams = {key: config[key] for key in HPARAM_KEYS if key in config}
     for tb_logger in [lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]:
         # The HPARAMS tab: each run's config with its final metrics. Lightning also writes these
         # metrics as scalars at step 0, so they get their own tags (final/...) rather than adding a
@@ -120,6 +121,10 @@ def best_score(checkpoint: ModelCheckpoint, best_path: str) -> float:
     raise RuntimeError(f"no best_model_score in {best_path}")
 
 
+# The parts of a config that define the experiment (not where files go or how they are logged).
+HPARAM_KEYS = ("seed", "data", "model", "scorer", "optimizer", "scheduler", "task", "trainer")
+
+
 def flatten_hparams(tree: dict, prefix: str = "") -> dict:
     """Nested config -> {"model.hidden_size": 256, ...} with TensorBoard-friendly leaf types."""
     flat = {}
@@ -127,7 +132,7 @@ def flatten_hparams(tree: dict, prefix: str = "") -> dict:
         name = f"{prefix}{key}"
         if isinstance(value, dict):
             flat.update(flatten_hparams(value, f"{name}."))
-        elif key != "_target_" or not prefix.startswith(("callbacks", "logger")):
+        else:
             flat[name] = value if isinstance(value, int | float | str | bool) else str(value)
     return flat
 
