@@ -9,7 +9,9 @@ DataModule's loader, normalised by its `on_after_batch_transfer`.
 - runner: `pl.Trainer` + `ClassificationTask`, as in a real run minus its I/O: train metrics (acc,
   macro F1) are computed and logged, but no logger writes them, no checkpoint, no validation.
   `--full` adds what a real run adds: TensorBoard logger and ModelCheckpoint (save_last) at the end.
-- plain: for batch in loader: forward, cross-entropy, zero_grad, backward, step.
+- plain: for batch in loader: forward, cross-entropy, zero_grad, backward, step. With
+  `--plain-metrics` it also updates the same train metrics (acc, macro F1) every step and computes
+  them at the end, so both sides do the same work and the ratio is the framework's own overhead.
 Each measurement times `--batches` batches after `--warmup` untimed ones; runner and plain loop
 alternate `--repeats` times (taking turns at going first) and the best of each is kept. Both the
 wall clock and the process's CPU time are reported: on a shared machine other processes' load
@@ -61,9 +63,13 @@ def rates(bags: int, start: tuple[float, float], end: tuple[float, float]) -> tu
 
 
 def plain_loop(
-    dm: BagMNISTDataModule, model: torch.nn.Module, batches: int, warmup: int
+    dm: BagMNISTDataModule, model: torch.nn.Module, batches: int, warmup: int, metrics: bool
 ) -> tuple[float, float]:
     optimizer = adam(model.parameters())
+    # The runner's own train metrics, borrowed so both sides compute exactly the same ones.
+    train_metrics = (
+        ClassificationTask(model, dm.num_classes, adam).train_metrics if metrics else None
+    )
     model.train()
     bags, start = 0, None
     for i, batch in enumerate(dm.train_dataloader()):
@@ -72,11 +78,16 @@ def plain_loop(
         if i == warmup:
             start = clocks()
         batch = dm.on_after_batch_transfer(batch, 0)
-        loss = F.cross_entropy(model(items=batch["items"], mask=batch["mask"]), batch["labels"])
+        logits = model(items=batch["items"], mask=batch["mask"])
+        loss = F.cross_entropy(logits, batch["labels"])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        if train_metrics is not None:
+            train_metrics.update(logits.detach(), batch["labels"])
         bags += len(batch["labels"]) if i >= warmup else 0
+    if train_metrics is not None:
+        train_metrics.compute()
     return rates(bags, start, clocks())
 
 
@@ -140,6 +151,9 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: torch's)"
     )
+    parser.add_argument(
+        "--plain-metrics", action="store_true", help="the plain loop computes the train metrics too"
+    )
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args()
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
@@ -153,7 +167,7 @@ def main() -> None:
         for name, results in sides if i % 2 == 0 else sides[::-1]:
             model = make_model(dm, args.hidden)
             if name == "plain":
-                results.append(plain_loop(dm, model, args.batches, args.warmup))
+                results.append(plain_loop(dm, model, args.batches, args.warmup, args.plain_metrics))
             else:
                 results.append(runner(dm, model, args.batches, args.warmup, args.full))
         print(
@@ -170,6 +184,7 @@ def main() -> None:
         "runner": "full (TensorBoard + checkpoints)"
         if args.full
         else "minimal (no logger, no checkpoint)",
+        "plain_metrics": args.plain_metrics,
         "threads": torch.get_num_threads(),
         "batch_size": args.batch_size,
         "batches": args.batches,
