@@ -87,6 +87,16 @@ def test_attention_shapes(batch):
     assert MODELS["simple"]()(ids, mask, return_attention=True)[1].shape == (B, 1, T, T)
 
 
+def test_embed_init():
+    torch.manual_seed(0)
+    normal = LSTMMean(1000, 2, embed_dim=64).encoder.embedding.weight
+    xavier = LSTMMean(1000, 2, embed_dim=64, embed_init="xavier").encoder.embedding.weight
+    bound = (6 / (1000 + 64)) ** 0.5
+    assert normal.std() > 0.9  # torch's N(0, 1)
+    assert xavier.abs().max() <= bound and xavier.std() > bound / 3
+    assert (normal[0] == 0).all() and (xavier[0] == 0).all()  # the padding row stays zero
+
+
 def test_config_errors():
     with pytest.raises(ConfigError, match="model.heads"):
         LSTMSelfAttention(V, 2, heads=3, hidden_size=4)
@@ -96,6 +106,8 @@ def test_config_errors():
         LSTMAttention(V, 2, scorer=None)
     with pytest.raises(ConfigError, match="model.hidden_size"):
         LSTMMean(V, 2, hidden_size=0)
+    with pytest.raises(ConfigError, match="model.embed_init"):
+        LSTMMean(V, 2, embed_init="zeros")
     with pytest.raises(ConfigError, match="max_seq_len"):
         LSTMSelfAttention(V, 2, heads=2, use_lstm=False, embed_dim=8, max_seq_len=3)(
             torch.ones(1, 5, dtype=torch.long), torch.ones(1, 5, dtype=torch.bool)

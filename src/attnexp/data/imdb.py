@@ -34,6 +34,7 @@ from attnexp.data.text import (
     tokenizer_hash,
     train_word_tokenizer,
     truncate,
+    word_pre_tokenizer,
 )
 from attnexp.errors import ConfigError
 
@@ -147,6 +148,8 @@ class IMDBDataModule(AttnDataModule):
     data_dir: folder holding `imdb/`.
     source: auto | local | hub | sample.
     vocab_size / min_frequency: word-level tokenizer trained on the training split.
+    word_split: "punctuation" (words and punctuation marks are separate tokens) or "whitespace"
+        (`text.split()`, as the nndl chapter does).
     max_seq_len / truncation: reviews are cut to max_seq_len tokens, the first ones ("head") or
         the first and last halves ("head_tail").
     batch_size: reviews per batch; batches are length-bucketed (`pool_batches` batches per pool).
@@ -165,6 +168,7 @@ class IMDBDataModule(AttnDataModule):
         vocab_size: int = 30000,
         min_frequency: int = 2,
         lowercase: bool = True,
+        word_split: str = "punctuation",
         max_seq_len: int = 256,
         truncation: str = "head",
         batch_size: int = 128,
@@ -189,6 +193,8 @@ class IMDBDataModule(AttnDataModule):
             )
         self.data_dir, self.source_request = Path(data_dir), source
         self.vocab_size, self.min_frequency, self.lowercase = vocab_size, min_frequency, lowercase
+        word_pre_tokenizer(word_split)  # fail on a bad value now, not after loading the data
+        self.word_split = word_split
         if truncation not in TRUNCATIONS:
             raise ConfigError(
                 f"data.truncation '{truncation}' is not one of {', '.join(TRUNCATIONS)} (set data.truncation=...)"
@@ -255,12 +261,14 @@ class IMDBDataModule(AttnDataModule):
         )
 
     def _train_tokenizer(self, texts: list[str]):
-        key = texts_hash(texts, self.vocab_size, self.min_frequency, self.lowercase)
+        key = texts_hash(texts, self.vocab_size, self.min_frequency, self.lowercase, self.word_split)
         cached = self.cache_dir / "imdb" / f"tokenizer-{key}.json"
         if cached.is_file():
             log.info("tokenizer from cache %s", cached)
             return load_tokenizer(cached)
-        tokenizer = train_word_tokenizer(texts, self.vocab_size, self.min_frequency, self.lowercase)
+        tokenizer = train_word_tokenizer(
+            texts, self.vocab_size, self.min_frequency, self.lowercase, self.word_split
+        )
         cached.parent.mkdir(parents=True, exist_ok=True)
         tokenizer.save(str(cached))
         return tokenizer

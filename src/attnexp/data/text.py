@@ -77,12 +77,31 @@ def train_tokenizer(
     return tokenizer
 
 
+# How a normalised text is cut into words before the vocabulary lookup.
+WORD_SPLITS = {
+    "punctuation": pre_tokenizers.Whitespace,  # words and punctuation runs: `\\w+|[^\\w\\s]+`
+    "whitespace": pre_tokenizers.WhitespaceSplit,  # `text.split()`: "great!" stays one token
+}
+
+
+def word_pre_tokenizer(split: str) -> pre_tokenizers.PreTokenizer:
+    if split not in WORD_SPLITS:
+        raise ConfigError(
+            f"word split '{split}' is not one of {', '.join(WORD_SPLITS)} (set data.word_split=...)"
+        )
+    return WORD_SPLITS[split]()
+
+
 def train_word_tokenizer(
-    texts: Iterable[str], vocab_size: int = 30000, min_frequency: int = 2, lowercase: bool = True
+    texts: Iterable[str],
+    vocab_size: int = 30000,
+    min_frequency: int = 2,
+    lowercase: bool = True,
+    split: str = "punctuation",
 ) -> Tokenizer:
-    """Words and punctuation marks (`\\w+|[^\\w\\s]+`) as tokens, after `text_normalizer`."""
+    """Word-level tokens (`split`: see WORD_SPLITS) after `text_normalizer`."""
     return train_tokenizer(
-        texts, pre_tokenizers.Whitespace(), vocab_size, min_frequency, text_normalizer(lowercase)
+        texts, word_pre_tokenizer(split), vocab_size, min_frequency, text_normalizer(lowercase)
     )
 
 

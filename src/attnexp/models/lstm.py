@@ -37,6 +37,8 @@ class LSTMEncoder(nn.Module):
     """
 
     RNN_IMPLS = ("auto", "packed", "reversed")
+    # "normal": torch's N(0, 1); "xavier": Xavier-uniform, Paddle's and Keras' (small) default.
+    EMBED_INITS = ("normal", "xavier")
 
     def __init__(
         self,
@@ -49,6 +51,7 @@ class LSTMEncoder(nn.Module):
         bidirectional: bool = True,
         pad_id: int = 0,
         rnn_impl: str = "auto",
+        embed_init: str = "normal",
     ) -> None:
         super().__init__()
         for key, value in (
@@ -62,8 +65,17 @@ class LSTMEncoder(nn.Module):
             raise ConfigError(
                 f"model.rnn_impl '{rnn_impl}' is not one of {', '.join(self.RNN_IMPLS)} (set model.rnn_impl=...)"
             )
+        if embed_init not in self.EMBED_INITS:
+            raise ConfigError(
+                f"model.embed_init '{embed_init}' is not one of {', '.join(self.EMBED_INITS)} "
+                f"(set model.embed_init=...)"
+            )
         self.rnn_impl = rnn_impl
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
+        if embed_init == "xavier":
+            nn.init.xavier_uniform_(self.embedding.weight)
+            with torch.no_grad():
+                self.embedding.weight[pad_id].zero_()
         self.embed_dropout = nn.Dropout(embed_dropout)
         self.lstm = nn.LSTM(
             embed_dim,
@@ -143,6 +155,7 @@ class _TextClassifier(nn.Module):
         embed_dropout: float = 0.0,
         pad_id: int = 0,
         rnn_impl: str = "auto",
+        embed_init: str = "normal",
     ) -> None:
         super().__init__()
         self.encoder = LSTMEncoder(
@@ -154,6 +167,7 @@ class _TextClassifier(nn.Module):
             embed_dropout,
             pad_id=pad_id,
             rnn_impl=rnn_impl,
+            embed_init=embed_init,
         )
         self.dropout = nn.Dropout(dropout)
         self.head = nn.Linear(self.encoder.output_dim, num_classes)
@@ -193,6 +207,7 @@ class LSTMAttention(_TextClassifier):
         embed_dropout: float = 0.0,
         pad_id: int = 0,
         rnn_impl: str = "auto",
+        embed_init: str = "normal",
     ) -> None:
         super().__init__(
             vocab_size,
@@ -204,6 +219,7 @@ class LSTMAttention(_TextClassifier):
             embed_dropout,
             pad_id,
             rnn_impl,
+            embed_init,
         )
         if scorer is None:
             raise ConfigError(
@@ -250,6 +266,7 @@ class LSTMSelfAttention(_TextClassifier):
         attn_dropout: float = 0.0,
         pad_id: int = 0,
         rnn_impl: str = "auto",
+        embed_init: str = "normal",
         max_seq_len: int = 512,
     ) -> None:
         super().__init__(
@@ -262,6 +279,7 @@ class LSTMSelfAttention(_TextClassifier):
             embed_dropout,
             pad_id,
             rnn_impl,
+            embed_init,
         )
         if attention not in SELF_ATTENTIONS:
             raise ConfigError(
