@@ -261,7 +261,9 @@ class IMDBDataModule(AttnDataModule):
         )
 
     def _train_tokenizer(self, texts: list[str]):
-        key = texts_hash(texts, self.vocab_size, self.min_frequency, self.lowercase, self.word_split)
+        key = texts_hash(
+            texts, self.vocab_size, self.min_frequency, self.lowercase, self.word_split
+        )
         cached = self.cache_dir / "imdb" / f"tokenizer-{key}.json"
         if cached.is_file():
             log.info("tokenizer from cache %s", cached)
