@@ -10,7 +10,7 @@ DataModule's loader, normalised by its `on_after_batch_transfer`.
   macro F1) are computed and logged, but no logger writes them, no checkpoint, no validation.
   `--full` adds what a real run adds: TensorBoard logger and ModelCheckpoint (save_last) at the end.
 - plain: for batch in loader: forward, cross-entropy, zero_grad, backward, step. With
-  `--plain-metrics` it also updates the same train metrics (acc, macro F1) every step and computes
+  `--plain-metrics` it also updates the same train metrics (acc, macro F1, loss) every step and computes
   them at the end, so both sides do the same work and the ratio is the framework's own overhead.
 Each measurement times `--batches` batches after `--warmup` untimed ones; runner and plain loop
 alternate `--repeats` times (taking turns at going first) and the best of each is kept. Both the
@@ -35,6 +35,7 @@ from attnexp.data.bag_mnist import BagMNISTDataModule
 from attnexp.models.bag import BagAttention
 from attnexp.modules import AdditiveScorer
 from attnexp.tasks import ClassificationTask
+from attnexp.tasks.metrics import ClassificationStats
 
 
 def make_model(dm: BagMNISTDataModule, hidden: int) -> BagAttention:
@@ -66,10 +67,7 @@ def plain_loop(
     dm: BagMNISTDataModule, model: torch.nn.Module, batches: int, warmup: int, metrics: bool
 ) -> tuple[float, float]:
     optimizer = adam(model.parameters())
-    # The runner's own train metrics, borrowed so both sides compute exactly the same ones.
-    train_metrics = (
-        ClassificationTask(model, dm.num_classes, adam).train_metrics if metrics else None
-    )
+    train_stats = ClassificationStats(dm.num_classes) if metrics else None
     model.train()
     bags, start = 0, None
     for i, batch in enumerate(dm.train_dataloader()):
@@ -83,11 +81,11 @@ def plain_loop(
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        if train_metrics is not None:
-            train_metrics.update(logits.detach(), batch["labels"])
+        if train_stats is not None:
+            train_stats.update(logits.detach(), batch["labels"], loss)
         bags += len(batch["labels"]) if i >= warmup else 0
-    if train_metrics is not None:
-        train_metrics.compute()
+    if train_stats is not None:
+        train_stats.compute()
     return rates(bags, start, clocks())
 
 

@@ -34,3 +34,68 @@ def test_epoch_metrics_cover_every_batch():
         correct = [(model(b["x"]).argmax(-1) == b["labels"]).float() for b in batches]
     assert abs(main["test/acc"] - torch.cat(correct).mean().item()) < 1e-6
     assert abs(extra["test/acc_again"] - torch.cat(correct[:2]).mean().item()) < 1e-6
+
+
+def test_stats_match_torchmetrics():
+    """acc, macro F1 (with a class that never occurs) and the batch-size-weighted mean loss."""
+    from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
+
+    from attnexp.tasks.metrics import ClassificationStats
+
+    torch.manual_seed(0)
+    C = 5
+    stats = ClassificationStats(C)
+    acc, f1 = MulticlassAccuracy(C, average="micro"), MulticlassF1Score(C, average="macro")
+    losses, sizes = [], []
+    for size in (7, 16, 3):
+        logits = torch.randn(size, C)
+        logits[:, 4] = -10  # class 4: never predicted
+        labels = torch.randint(0, 4, (size,))  # ... and never a label
+        loss = torch.nn.functional.cross_entropy(logits, labels)
+        stats.update(logits, labels, loss)
+        acc.update(logits, labels)
+        f1.update(logits, labels)
+        losses.append(loss * size)
+        sizes.append(size)
+    values = stats.compute()
+    assert torch.allclose(values["acc"], acc.compute())
+    assert torch.allclose(values["f1"], f1.compute())
+    assert torch.allclose(values["loss"], torch.stack(losses).sum() / sum(sizes))
+
+
+def test_history_rows_hold_their_own_epoch(tmp_path):
+    """Each epoch's history row carries that epoch's train metrics (logged after the callbacks')."""
+    from attnexp.tasks.callbacks import EpochHistory
+
+    class Record:
+        data = {"history": []}
+
+        def update(self, history):
+            self.data["history"] = history
+
+    torch.manual_seed(0)
+    batches = [{"x": torch.randn(5, 4), "labels": torch.randint(0, 3, (5,))} for _ in range(4)]
+    task = ClassificationTask(Linear(), 3, lambda p: torch.optim.SGD(p, lr=0.5))
+    record, seen = Record(), []
+
+    class Spy(pl.Callback):  # the value Lightning hands to loggers at each epoch's end
+        def on_train_epoch_start(self, trainer, pl_module):
+            if "train/acc" in trainer.callback_metrics:
+                seen.append(float(trainer.callback_metrics["train/acc"]))
+
+    trainer = pl.Trainer(
+        max_epochs=3,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        callbacks=[EpochHistory(record), Spy()],
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(task, train_dataloaders=DataLoader(batches, batch_size=None))
+    seen.append(float(trainer.callback_metrics["train/acc"]))
+    rows = record.data["history"]
+    assert [r["epoch"] for r in rows] == [0, 1, 2]
+    assert [r["train/acc"] for r in rows] == seen
+    assert len(set(seen)) > 1  # the model learns: a stale row would repeat a value

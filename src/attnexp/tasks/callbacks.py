@@ -52,16 +52,32 @@ class AttentionFigures(pl.Callback):
 
 
 class EpochHistory(pl.Callback):
-    """Appends each epoch's logged metrics to the run record, so reports can plot runs in flight."""
+    """Appends each epoch's logged metrics to the run record, so reports can plot runs in flight.
+
+    The task logs an epoch's train metrics in its own `on_train_epoch_end`, which Lightning calls
+    after the callbacks' one, so the row of an epoch is written when the next epoch starts (or
+    when training ends), once every metric of the epoch is in `callback_metrics`.
+    """
 
     def __init__(self, record) -> None:
         self.record = record
+        self.pending: tuple[int, int] | None = None  # (epoch, global step) of an unwritten row
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not trainer.is_global_zero:  # DDP: one writer per run record
+        self.pending = (trainer.current_epoch, trainer.global_step)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._write(trainer)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._write(trainer)
+
+    def _write(self, trainer: pl.Trainer) -> None:
+        pending, self.pending = self.pending, None
+        if pending is None or not trainer.is_global_zero:  # DDP: one writer per run record
             return
-        # Runs after the epoch's validation, so val/* of this epoch are in callback_metrics.
-        row = {"epoch": trainer.current_epoch, "step": trainer.global_step}
+        # The epoch's validation ran before its end, so val/* of this epoch are here too.
+        row = {"epoch": pending[0], "step": pending[1]}
         row.update({k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1})
         history = [h for h in self.record.data["history"] if h["epoch"] != row["epoch"]]
         self.record.update(history=[*history, row])

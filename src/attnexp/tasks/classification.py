@@ -10,9 +10,8 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchmetrics import MeanMetric, MetricCollection
-from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
+from attnexp.tasks.metrics import ClassificationStats
 from attnexp.tasks.optim import param_groups
 
 
@@ -49,98 +48,71 @@ class ClassificationTask(pl.LightningModule):
         self.scheduler_factory = scheduler
         self.weight_decay = weight_decay
         self.test_set_names = list(test_set_names)
-        # validate_args=False: cross_entropy already rejects out-of-range labels, and torchmetrics'
-        # per-update input checks cost more than the update itself on CPU.
-        metrics = MetricCollection(
-            {
-                "acc": MulticlassAccuracy(num_classes, average="micro", validate_args=False),
-                "f1": MulticlassF1Score(num_classes, average="macro", validate_args=False),
-            }
+        # One confusion matrix (+ loss sum) per stage and test set: a cheap update every step,
+        # accuracy / macro F1 / mean loss derived and logged once per epoch (see metrics.py).
+        self.train_stats = ClassificationStats(num_classes)
+        self.val_stats = ClassificationStats(num_classes)
+        self.test_stats = nn.ModuleList(
+            ClassificationStats(num_classes) for _ in range(1 + len(self.test_set_names))
         )
-        # Attributes, not a ModuleDict: "train" would clash with nn.Module.train.
-        self.train_metrics = metrics.clone(prefix="train/")
-        self.val_metrics = metrics.clone(prefix="val/")
-        self.test_metrics = metrics.clone(prefix="test/")
-        self.extra_test_metrics = nn.ModuleList(
-            MulticlassAccuracy(num_classes, average="micro", validate_args=False)
-            for _ in self.test_set_names
-        )
-        self.train_loss = MeanMetric()  # the epoch mean of train/loss, weighted by batch size
 
     def forward(self, **inputs: torch.Tensor) -> torch.Tensor:
         return self.model(**inputs)
 
-    def _shared_step(
-        self, batch: dict, stage: str, batch_idx: int, dataloader_idx: int = 0
-    ) -> torch.Tensor:
+    def _shared_step(self, batch: dict, stats: ClassificationStats) -> torch.Tensor:
         inputs, labels = split_batch(batch)
-        # Metric objects are updated every step but handed to self.log once per epoch (batch 0):
-        # Lightning computes them from their accumulated state at epoch end, and each self.log of
-        # a Metric costs a deep .to() over its attributes (~20% of a bag-MNIST training step).
-        log_metric = batch_idx == 0
         logits = self.model(**inputs)
         loss = F.cross_entropy(logits, labels)
-        batch_size = labels.shape[0]
-        if dataloader_idx == 0:
-            metrics = getattr(self, f"{stage}_metrics")
-            metrics.update(logits, labels)
-            if stage == "train":  # the same tags as on_step + on_epoch logging, at a lower cost
-                self.train_loss.update(loss.detach(), batch_size)
-                if log_metric:
-                    self.log("train/loss_epoch", self.train_loss, on_step=False, on_epoch=True)
-                # Only on the steps the logger writes (every trainer.log_every_n_steps).
-                connector = getattr(self._trainer, "_logger_connector", None)
-                if connector is None or connector.should_update_logs:
-                    self.log(
-                        "train/loss_step",
-                        loss,
-                        on_step=True,
-                        on_epoch=False,
-                        prog_bar=True,
-                        batch_size=batch_size,
-                    )
-            else:  # sync_dist: under DDP the mean over all ranks (metrics sync themselves)
-                self.log(
-                    f"{stage}/loss",
-                    loss,
-                    on_epoch=True,
-                    prog_bar=True,
-                    batch_size=batch_size,
-                    add_dataloader_idx=False,
-                    sync_dist=True,
-                )
-            if log_metric:
-                self.log_dict(
-                    metrics,
-                    on_step=False,
-                    on_epoch=True,
-                    prog_bar=stage != "train",
-                    batch_size=batch_size,
-                    add_dataloader_idx=False,
-                )
-        else:  # an extra test set: accuracy only, under its own name
-            name = self.test_set_names[dataloader_idx - 1]
-            metric = self.extra_test_metrics[dataloader_idx - 1]
-            metric.update(logits, labels)
-            if log_metric:
-                self.log(
-                    f"test/acc_{name}",
-                    metric,
-                    on_step=False,
-                    on_epoch=True,
-                    batch_size=batch_size,
-                    add_dataloader_idx=False,
-                )
+        stats.update(logits.detach(), labels, loss)
         return loss
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        return self._shared_step(batch, "train", batch_idx)
+        loss = self._shared_step(batch, self.train_stats)
+        # Only on the steps the logger writes (every trainer.log_every_n_steps): self.log costs
+        # more than the stats update.
+        connector = getattr(self._trainer, "_logger_connector", None)
+        if connector is None or connector.should_update_logs:
+            self.log("train/loss_step", loss, prog_bar=True, batch_size=batch["labels"].shape[0])
+        return loss
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self._shared_step(batch, "val", batch_idx)
+        self._shared_step(batch, self.val_stats)
 
     def test_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._shared_step(batch, "test", batch_idx, dataloader_idx)
+        self._shared_step(batch, self.test_stats[dataloader_idx])
+
+    def on_train_epoch_end(self) -> None:
+        self._log_epoch("train", self.train_stats, {"loss": "loss_epoch"})
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_epoch("val", self.val_stats)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_epoch("test", self.test_stats[0])
+        for name, stats in zip(self.test_set_names, self.test_stats[1:], strict=True):
+            self._log_epoch("test", stats, {"acc": f"acc_{name}"}, only=("acc",))
+
+    def _log_epoch(
+        self,
+        stage: str,
+        stats: ClassificationStats,
+        rename: dict[str, str] | None = None,
+        only: tuple[str, ...] | None = None,
+    ) -> None:
+        """Log `<stage>/<acc|f1|loss>` from the epoch's stats (summed over all DDP processes by
+        compute()), then reset them for the next epoch. Stats that saw no batch log nothing."""
+        if stats.update_count == 0:
+            return
+        rename = rename or {}
+        values = {
+            f"{stage}/{rename.get(k, k)}": v
+            for k, v in stats.compute().items()
+            if only is None or k in only
+        }
+        stats.reset()
+        # The values are already global: sync_dist only averages identical numbers (and keeps
+        # Lightning from warning about epoch-level logging under DDP).
+        self.log_dict(values, prog_bar=stage == "val", sync_dist=True, add_dataloader_idx=False)
 
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(param_groups(self.model, self.weight_decay))

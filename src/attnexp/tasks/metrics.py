@@ -1,0 +1,59 @@
+"""Epoch metrics of a classification stage, accumulated in one confusion matrix.
+
+A training step of a small model (bag-MNIST: ~16 ms on one CPU core) cannot afford the ~0.7 ms
+that updating torchmetrics' accuracy + macro F1 collection and a MeanMetric for the loss costs per
+step. `ClassificationStats` keeps one (C, C) confusion matrix and a loss sum instead: an update is
+one `bincount` and two adds, and accuracy, macro F1 and the mean loss are all derived from the
+state at epoch end. It is a torchmetrics `Metric`, so under DDP `compute()` sums the states of
+every process before deriving anything.
+"""
+
+import torch
+from torchmetrics import Metric
+
+
+class ClassificationStats(Metric):
+    """Confusion matrix + loss sum over an epoch -> {"acc", "f1", "loss"}.
+
+    `f1` is the macro F1 with torchmetrics' conventions (`MulticlassF1Score(average="macro")`):
+    a class's F1 is 0 when its denominator is 0, and classes that never occur in either the labels
+    or the predictions are left out of the mean.
+    """
+
+    full_state_update = False
+
+    def __init__(self, num_classes: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.num_classes = num_classes
+        zeros = torch.zeros(num_classes, num_classes, dtype=torch.long)
+        self.add_state("confusion", default=zeros, dist_reduce_fx="sum")  # [label, prediction]
+        self.add_state(
+            "loss_sum", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum"
+        )
+        self.add_state("loss_count", default=torch.tensor(0), dist_reduce_fx="sum")
+
+    def update(
+        self, logits: torch.Tensor, labels: torch.Tensor, loss: torch.Tensor | None = None
+    ) -> None:
+        """logits (B, C), labels (B,); `loss`: the batch's mean loss (weighted by B)."""
+        C = self.num_classes
+        cells = labels * C + logits.argmax(dim=-1)
+        self.confusion += torch.bincount(cells, minlength=C * C).view(C, C)
+        if loss is not None:
+            self.loss_sum += loss.detach().double() * labels.shape[0]
+            self.loss_count += labels.shape[0]
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        confusion = self.confusion.double()
+        tp = confusion.diagonal()
+        support, predicted = confusion.sum(dim=1), confusion.sum(dim=0)  # per class
+        denominator = support + predicted  # 2 tp + fn + fp
+        f1 = torch.where(denominator > 0, 2 * tp / denominator.clamp(min=1), 0.0)
+        present = denominator > 0
+        result = {
+            "acc": tp.sum() / confusion.sum().clamp(min=1),
+            "f1": f1[present].sum() / present.sum().clamp(min=1),
+        }
+        if self.loss_count > 0:
+            result["loss"] = self.loss_sum / self.loss_count
+        return {k: v.float() for k, v in result.items()}
