@@ -38,10 +38,11 @@ class ClassificationStats(Metric):
         """logits (B, C), labels (B,); `loss`: the batch's mean loss (weighted by B)."""
         C = self.num_classes
         cells = labels * C + logits.argmax(dim=-1)
-        self.confusion += torch.bincount(cells, minlength=C * C).view(C, C)
+        # In place: `self.x += ...` would go through nn.Module.__setattr__ (a measurable cost).
+        self.confusion.add_(torch.bincount(cells, minlength=C * C).view(C, C))
         if loss is not None:
-            self.loss_sum += loss.detach().double() * labels.shape[0]
-            self.loss_count += labels.shape[0]
+            self.loss_sum.add_(loss.detach().double() * labels.shape[0])
+            self.loss_count.add_(labels.shape[0])
 
     def compute(self) -> dict[str, torch.Tensor]:
         confusion = self.confusion.double()
