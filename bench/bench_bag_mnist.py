@@ -9,6 +9,8 @@ DataModule's loader, normalised by its `on_after_batch_transfer`.
 - runner: `pl.Trainer` + `ClassificationTask`, as in a real run minus its I/O: train metrics (acc,
   macro F1) are computed and logged, but no logger writes them, no checkpoint, no validation.
   `--full` adds what a real run adds: TensorBoard logger and ModelCheckpoint (save_last) at the end.
+  `--bare` swaps the task for a LightningModule that only returns the loss (no metrics, no
+  logging): its ratio is the cost of Lightning's training loop alone.
 - plain: for batch in loader: forward, cross-entropy, zero_grad, backward, step. With
   `--plain-metrics` it also updates the same train metrics (acc, macro F1, loss) every step and computes
   them at the end, so both sides do the same work and the ratio is the framework's own overhead.
@@ -35,6 +37,7 @@ from attnexp.data.bag_mnist import BagMNISTDataModule
 from attnexp.models.bag import BagAttention
 from attnexp.modules import AdditiveScorer
 from attnexp.tasks import ClassificationTask
+from attnexp.tasks.classification import split_batch
 from attnexp.tasks.metrics import ClassificationStats
 
 
@@ -105,10 +108,30 @@ class Timer(pl.Callback):
         self.end = clocks()
 
 
+class BareTask(pl.LightningModule):
+    """The least a LightningModule can do: forward, cross-entropy, the same optimizer."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        inputs, labels = split_batch(batch)
+        return F.cross_entropy(self.model(**inputs), labels)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return adam(self.model.parameters())
+
+
 def runner(
-    dm: BagMNISTDataModule, model: torch.nn.Module, batches: int, warmup: int, full: bool
+    dm: BagMNISTDataModule,
+    model: torch.nn.Module,
+    batches: int,
+    warmup: int,
+    full: bool,
+    bare: bool = False,
 ) -> float:
-    task = ClassificationTask(model, dm.num_classes, adam)
+    task = BareTask(model) if bare else ClassificationTask(model, dm.num_classes, adam)
     timer = Timer(warmup)
     out = tempfile.mkdtemp()
     extra = {}
@@ -152,6 +175,9 @@ def main() -> None:
     parser.add_argument(
         "--plain-metrics", action="store_true", help="the plain loop computes the train metrics too"
     )
+    parser.add_argument(
+        "--bare", action="store_true", help="runner side: a loss-only LightningModule (no metrics)"
+    )
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args()
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
@@ -167,7 +193,7 @@ def main() -> None:
             if name == "plain":
                 results.append(plain_loop(dm, model, args.batches, args.warmup, args.plain_metrics))
             else:
-                results.append(runner(dm, model, args.batches, args.warmup, args.full))
+                results.append(runner(dm, model, args.batches, args.warmup, args.full, args.bare))
         print(
             f"plain {plain[-1][0]:7.1f} bags/s ({plain[-1][1]:7.1f} per CPU s)   runner "
             f"{run[-1][0]:7.1f} bags/s ({run[-1][1]:7.1f} per CPU s)",
@@ -179,9 +205,12 @@ def main() -> None:
     }
     results = {
         "data_source": dm.source,
-        "runner": "full (TensorBoard + checkpoints)"
-        if args.full
-        else "minimal (no logger, no checkpoint)",
+        "runner": ("bare LightningModule, " if args.bare else "ClassificationTask, ")
+        + (
+            "full (TensorBoard + checkpoints)"
+            if args.full
+            else "minimal (no logger, no checkpoint)"
+        ),
         "plain_metrics": args.plain_metrics,
         "threads": torch.get_num_threads(),
         "batch_size": args.batch_size,
