@@ -97,6 +97,16 @@ def test_embed_init():
     assert (normal[0] == 0).all() and (xavier[0] == 0).all()  # the padding row stays zero
 
 
+def test_query_init():
+    torch.manual_seed(0)
+    normal = LSTMAttention(V, 2, scorer=DotScorer, hidden_size=64).attention.query
+    uniform = LSTMAttention(V, 2, scorer=DotScorer, hidden_size=64, query_init="uniform")
+    query = uniform.attention.query
+    assert normal.std() < 0.1  # N(0, 1/128)
+    assert query.abs().max() <= 0.5 and query.std() > 0.2  # U(-0.5, 0.5): std 0.29
+    assert query.requires_grad
+
+
 def test_config_errors():
     with pytest.raises(ConfigError, match="model.heads"):
         LSTMSelfAttention(V, 2, heads=3, hidden_size=4)
@@ -108,6 +118,8 @@ def test_config_errors():
         LSTMMean(V, 2, hidden_size=0)
     with pytest.raises(ConfigError, match="model.embed_init"):
         LSTMMean(V, 2, embed_init="zeros")
+    with pytest.raises(ConfigError, match="model.query_init"):
+        LSTMAttention(V, 2, scorer=DotScorer, query_init="zeros")
     with pytest.raises(ConfigError, match="max_seq_len"):
         LSTMSelfAttention(V, 2, heads=2, use_lstm=False, embed_dim=8, max_seq_len=3)(
             torch.ones(1, 5, dtype=torch.long), torch.ones(1, 5, dtype=torch.bool)

@@ -208,6 +208,7 @@ class LSTMAttention(_TextClassifier):
         pad_id: int = 0,
         rnn_impl: str = "auto",
         embed_init: str = "normal",
+        query_init: str = "normal",
     ) -> None:
         super().__init__(
             vocab_size,
@@ -225,7 +226,9 @@ class LSTMAttention(_TextClassifier):
             raise ConfigError(
                 "lstm_attn needs a scorer (set scorer=additive|dot|scaled_dot|bilinear)"
             )
-        self.attention = AttentionPooling(self.encoder.output_dim, scorer, query="learned")
+        self.attention = AttentionPooling(
+            self.encoder.output_dim, scorer, query="learned", query_init=query_init
+        )
 
     def pool(self, features, mask):
         return self.attention(features, mask)  # (B, D), (B, T)
