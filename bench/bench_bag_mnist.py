@@ -14,22 +14,21 @@ DataModule's loader, normalised by its `on_after_batch_transfer`.
 - plain: for batch in loader: forward, cross-entropy, zero_grad, backward, step. With
   `--plain-metrics` it also updates the same train metrics (acc, macro F1, loss) every step and computes
   them at the end, so both sides do the same work and the ratio is the framework's own overhead.
-Each measurement times `--batches` batches after `--warmup` untimed ones; runner and plain loop
-alternate `--repeats` times (taking turns at going first) and the best of each is kept. Both the
-wall clock and the process's CPU time are reported: on a shared machine other processes' load
-moves the wall clock, while CPU time (with --threads 1) counts only this process's work.
+Each segment times `--batches` batches after `--warmup` untimed ones. Runner and plain segments
+are paired in `--rounds` short rounds (bench/paired.py): the result is the median of the per-round
+ratios runner / plain, with its quartiles, which cancels the drift of a shared CPU's speed.
 """
 
 import argparse
 import json
 import logging
 import tempfile
-import time
 from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
+from paired import WindowTimer, clock, describe, paired_rounds
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import TensorBoardLogger
 
@@ -56,19 +55,9 @@ def adam(params):
     return torch.optim.Adam(params, lr=1e-3)
 
 
-def clocks() -> tuple[float, float]:
-    """(wall, CPU time of this process): on a shared machine the CPU time is the steadier measure."""
-    return time.perf_counter(), time.process_time()
-
-
-def rates(bags: int, start: tuple[float, float], end: tuple[float, float]) -> tuple[float, float]:
-    """bags/s by the wall clock and per CPU second."""
-    return bags / (end[0] - start[0]), bags / (end[1] - start[1])
-
-
 def plain_loop(
     dm: BagMNISTDataModule, model: torch.nn.Module, batches: int, warmup: int, metrics: bool
-) -> tuple[float, float]:
+) -> float:
     optimizer = adam(model.parameters())
     train_stats = ClassificationStats(dm.num_classes) if metrics else None
     model.train()
@@ -77,7 +66,7 @@ def plain_loop(
         if i == warmup + batches:
             break
         if i == warmup:
-            start = clocks()
+            start = clock()
         batch = dm.on_after_batch_transfer(batch, 0)
         logits = model(items=batch["items"], mask=batch["mask"])
         loss = F.cross_entropy(logits, batch["labels"])
@@ -89,23 +78,7 @@ def plain_loop(
         bags += len(batch["labels"]) if i >= warmup else 0
     if train_stats is not None:
         train_stats.compute()
-    return rates(bags, start, clocks())
-
-
-class Timer(pl.Callback):
-    """From the start of batch `warmup` to the end of the epoch (metrics computed there too)."""
-
-    def __init__(self, warmup: int) -> None:
-        self.warmup, self.start, self.end, self.bags = warmup, None, None, 0
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if batch_idx == self.warmup:
-            self.start = clocks()
-        if batch_idx >= self.warmup:
-            self.bags += len(batch["labels"])
-
-    def on_train_epoch_end(self, trainer, pl_module) -> None:
-        self.end = clocks()
+    return bags / (clock() - start)
 
 
 class BareTask(pl.LightningModule):
@@ -132,7 +105,7 @@ def runner(
     bare: bool = False,
 ) -> float:
     task = BareTask(model) if bare else ClassificationTask(model, dm.num_classes, adam)
-    timer = Timer(warmup)
+    timer = WindowTimer(warmup)
     out = tempfile.mkdtemp()
     extra = {}
     if full:
@@ -155,7 +128,7 @@ def runner(
         default_root_dir=out,
     )
     trainer.fit(task, datamodule=dm)
-    return rates(timer.bags, timer.start, timer.end)
+    return timer.rate
 
 
 def main() -> None:
@@ -167,7 +140,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=20, help="paired runner/plain rounds")
     parser.add_argument("--full", action="store_true", help="runner with TensorBoard + checkpoints")
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: torch's)"
@@ -185,24 +158,16 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     dm = BagMNISTDataModule(args.data_dir, batch_size=args.batch_size, bag_size=3)
     dm.setup("fit")
-    plain, run = [], []
-    for i in range(args.repeats):  # alternate which side goes first
-        sides = [("plain", plain), ("runner", run)]
-        for name, results in sides if i % 2 == 0 else sides[::-1]:
-            model = make_model(dm, args.hidden)
-            if name == "plain":
-                results.append(plain_loop(dm, model, args.batches, args.warmup, args.plain_metrics))
-            else:
-                results.append(runner(dm, model, args.batches, args.warmup, args.full, args.bare))
-        print(
-            f"plain {plain[-1][0]:7.1f} bags/s ({plain[-1][1]:7.1f} per CPU s)   runner "
-            f"{run[-1][0]:7.1f} bags/s ({run[-1][1]:7.1f} per CPU s)",
-            flush=True,
-        )
-    best = {
-        side: [max(r[k] for r in results) for k in (0, 1)]
-        for side, results in (("plain", plain), ("runner", run))
-    }
+
+    def plain() -> float:
+        model = make_model(dm, args.hidden)
+        return plain_loop(dm, model, args.batches, args.warmup, args.plain_metrics)
+
+    def run() -> float:
+        model = make_model(dm, args.hidden)
+        return runner(dm, model, args.batches, args.warmup, args.full, args.bare)
+
+    timing = paired_rounds(args.rounds, plain, run, "bags/s")
     results = {
         "data_source": dm.source,
         "runner": ("bare LightningModule, " if args.bare else "ClassificationTask, ")
@@ -215,20 +180,9 @@ def main() -> None:
         "threads": torch.get_num_threads(),
         "batch_size": args.batch_size,
         "batches": args.batches,
-        "repeats": args.repeats,
-        "plain_bags_s": best["plain"][0],
-        "runner_bags_s": best["runner"][0],
-        "ratio_wall": best["runner"][0] / best["plain"][0],
-        "plain_bags_per_cpu_s": best["plain"][1],
-        "runner_bags_per_cpu_s": best["runner"][1],
-        "ratio_cpu": best["runner"][1] / best["plain"][1],
+        **timing,
     }
-    print(
-        f"best of {args.repeats} ({results['runner']}): wall clock plain {results['plain_bags_s']:.1f}, "
-        f"runner {results['runner_bags_s']:.1f} bags/s, ratio {results['ratio_wall']:.3f}; "
-        f"CPU time plain {results['plain_bags_per_cpu_s']:.1f}, runner "
-        f"{results['runner_bags_per_cpu_s']:.1f} bags/CPU s, ratio {results['ratio_cpu']:.3f}"
-    )
+    print(f"{results['runner']}: {describe(timing, 'bags/s')}")
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
 

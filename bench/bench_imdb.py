@@ -1,8 +1,9 @@
 """IMDB throughput: the runner (Lightning Trainer + ClassificationTask) vs a plain PyTorch loop.
 
-Both train the same model (same init) on the same length-bucketed batches, in the same process,
-alternating runner and plain segments so that load from other processes hits both alike. Reported:
-reviews/s of each and their ratio (target >= 0.97), plus tokenisation throughput.
+Both train the same model (same init) on the same length-bucketed batches, in the same process.
+Runner and plain segments are paired in `--rounds` short rounds (bench/paired.py), so that load
+from other processes hits both alike. Reported: the median reviews/s of each and the median of
+the per-round ratios (target >= 0.97) with its quartiles, plus tokenisation throughput.
 
     python bench/bench_imdb.py                                   # embedded sample
     python bench/bench_imdb.py --data-dir /work/shared/data      # full IMDB
@@ -15,6 +16,7 @@ import logging
 import os
 import time
 from functools import partial
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -22,6 +24,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 import pytorch_lightning as pl  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from paired import WindowTimer, clock, describe, paired_rounds  # noqa: E402
 
 from attnexp.data.imdb import IMDBDataModule, load_local, load_sample  # noqa: E402
 from attnexp.data.text import encode_texts, train_word_tokenizer  # noqa: E402
@@ -30,33 +33,13 @@ from attnexp.modules import DotScorer  # noqa: E402
 from attnexp.tasks import ClassificationTask  # noqa: E402
 
 
-class Timer(pl.Callback):
-    """Wall time of the training batches after `warmup`, excluding Trainer setup and teardown."""
-
-    def __init__(self, warmup: int) -> None:
-        self.warmup, self.start, self.end, self.reviews = warmup, None, None, 0
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if batch_idx == self.warmup:
-            if pl_module.device.type == "cuda":
-                torch.cuda.synchronize()
-            self.start = time.perf_counter()
-        if batch_idx >= self.warmup:
-            self.reviews += len(batch["labels"])
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if pl_module.device.type == "cuda":
-            torch.cuda.synchronize()
-        self.end = time.perf_counter()
-
-
 def make_model(vocab_size: int, seed: int) -> torch.nn.Module:
     torch.manual_seed(seed)
     return LSTMAttention(vocab_size, 2, scorer=DotScorer, embed_dim=128, hidden_size=128)
 
 
 def runner_segment(dm, vocab_size, batches, warmup, args) -> float:
-    timer = Timer(warmup)
+    timer = WindowTimer(warmup)
     task = ClassificationTask(
         make_model(vocab_size, 0), 2, optimizer=partial(torch.optim.Adam, lr=1e-3)
     )
@@ -74,7 +57,7 @@ def runner_segment(dm, vocab_size, batches, warmup, args) -> float:
         callbacks=[timer],
     )
     trainer.fit(task, train_dataloaders=dm.train_dataloader())
-    return timer.reviews / (timer.end - timer.start)
+    return timer.rate
 
 
 def plain_segment(dm, vocab_size, batches, warmup, args) -> float:
@@ -89,9 +72,7 @@ def plain_segment(dm, vocab_size, batches, warmup, args) -> float:
         if i == warmup + batches:
             break
         if i == warmup:
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
+            start = clock(device.type == "cuda")
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         with autocast:
             logits = model(batch["input_ids"], batch["mask"])
@@ -100,9 +81,7 @@ def plain_segment(dm, vocab_size, batches, warmup, args) -> float:
         loss.backward()
         optimizer.step()
         reviews += len(batch["labels"]) if i >= warmup else 0
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return reviews / (time.perf_counter() - start)
+    return reviews / (clock(device.type == "cuda") - start)
 
 
 def tokenization_throughput(texts: list[str]) -> dict:
@@ -128,13 +107,15 @@ def main() -> None:
     parser.add_argument(
         "--data-dir", default=None, help="folder holding imdb/ (default: embedded sample)"
     )
-    parser.add_argument("--batches", type=int, default=12, help="timed batches per segment")
+    parser.add_argument("--batches", type=int, default=8, help="timed batches per segment")
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=2, help="runner/plain segment pairs")
+    parser.add_argument("--rounds", type=int, default=10, help="paired runner/plain rounds")
+    parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--max-seq-len", type=int, default=256)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precision", default="32-true", help="32-true | bf16-mixed")
     parser.add_argument("--cache-dir", default=None)
+    parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -144,28 +125,31 @@ def main() -> None:
         data_dir=args.data_dir or "/nonexistent",
         source="local" if args.data_dir else "sample",
         max_seq_len=args.max_seq_len,
-        batch_size=128,
+        batch_size=args.batch_size,
         cache_dir=args.cache_dir,
     )
     dm.setup("fit")
     vocab_size = dm.model_kwargs["vocab_size"]
-    runner, plain = [], []
-    for _ in range(args.rounds):
-        plain.append(plain_segment(dm, vocab_size, args.batches, args.warmup, args))
-        runner.append(runner_segment(dm, vocab_size, args.batches, args.warmup, args))
+    timing = paired_rounds(
+        args.rounds,
+        lambda: plain_segment(dm, vocab_size, args.batches, args.warmup, args),
+        lambda: runner_segment(dm, vocab_size, args.batches, args.warmup, args),
+        "reviews/s",
+    )
     result = {
         "device": args.device if args.device != "cuda" else torch.cuda.get_device_name(),
         "torch_threads": torch.get_num_threads(),
         "precision": args.precision,
         "data_source": dm.source,
+        "batch_size": args.batch_size,
         "timed_batches_per_segment": args.batches,
-        "rounds": args.rounds,
-        "runner_reviews_per_s": [round(x, 1) for x in runner],
-        "plain_reviews_per_s": [round(x, 1) for x in plain],
-        "ratio_runner_over_plain": round(sum(runner) / sum(plain), 3),
+        **timing,
         "tokenization": tokenization,
     }
+    print(describe(timing, "reviews/s"))
     print(json.dumps(result, indent=2))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

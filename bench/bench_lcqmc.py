@@ -5,8 +5,9 @@ custom blocks with and without F.scaled_dot_product_attention.
     python bench/bench_lcqmc.py --data-dir /work/shared/data      # real pairs (reduced protocol)
     python bench/bench_lcqmc.py                                    # generated pairs, anywhere
 
-Each measurement trains `--batches` batches (after `--warmup` untimed ones); runner and plain loop
-alternate `--repeats` times and the best of each is kept, which damps noise on shared CPUs.
+Each segment trains `--batches` batches (after `--warmup` untimed ones); runner and plain segments
+are paired in `--rounds` short rounds and the median of the per-round ratios is reported with its
+quartiles (bench/paired.py), which cancels the drift of a shared CPU's speed.
 """
 
 import argparse
@@ -14,12 +15,12 @@ import json
 import logging
 import random
 import tempfile
-import time
 from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
+from paired import WindowTimer, clock, describe, paired_rounds
 from torch.utils.data import DataLoader
 
 from attnexp.data.lcqmc import LCQMCDataModule
@@ -57,7 +58,7 @@ def plain_loop(model, batches: list[dict], warmup: int) -> float:
     model.train()
     for i, batch in enumerate(batches):
         if i == warmup:
-            start = time.perf_counter()
+            start = clock()
         inputs = {k: v for k, v in batch.items() if k != "labels"}
         loss = F.cross_entropy(model(**inputs), batch["labels"])
         optimizer.zero_grad(set_to_none=True)
@@ -65,19 +66,7 @@ def plain_loop(model, batches: list[dict], warmup: int) -> float:
         optimizer.step()
         scheduler.step()
     pairs = sum(len(b["labels"]) for b in batches[warmup:])
-    return pairs / (time.perf_counter() - start)
-
-
-class Timer(pl.Callback):
-    def __init__(self, warmup: int) -> None:
-        self.warmup, self.start, self.end = warmup, None, None
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if batch_idx == self.warmup:
-            self.start = time.perf_counter()
-
-    def on_train_epoch_end(self, trainer, pl_module) -> None:
-        self.end = time.perf_counter()
+    return pairs / (clock() - start)
 
 
 def runner(model, batches: list[dict], warmup: int) -> float:
@@ -85,7 +74,7 @@ def runner(model, batches: list[dict], warmup: int) -> float:
         return torch.optim.AdamW(params, lr=5e-4)
 
     task = ClassificationTask(model, 2, factory, linear_warmup_decay, weight_decay=0.01)
-    timer = Timer(warmup)
+    timer = WindowTimer(warmup)
     trainer = pl.Trainer(
         max_epochs=1,
         accelerator="cpu",
@@ -99,8 +88,7 @@ def runner(model, batches: list[dict], warmup: int) -> float:
     )
     loader = DataLoader(batches, batch_size=None, shuffle=False)
     trainer.fit(task, train_dataloaders=loader)
-    pairs = sum(len(b["labels"]) for b in batches[warmup:])
-    return pairs / (timer.end - timer.start)
+    return timer.rate
 
 
 def main() -> None:
@@ -114,7 +102,7 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=2)
     parser.add_argument("--batches", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=6, help="paired runner/plain rounds")
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: torch's)"
     )
@@ -143,21 +131,14 @@ def main() -> None:
         "rows": {},
     }
     for name, variant in variants.items():
-        plain, run = [], []
-        for _ in range(args.repeats):
-            plain.append(plain_loop(make_model(kwargs, variant), batches, args.warmup))
-            run.append(runner(make_model(kwargs, variant), batches, args.warmup))
-        row = {
-            "plain_pairs_s": max(plain),
-            "runner_pairs_s": max(run),
-            "ratio": max(run) / max(plain),
-        }
-        results["rows"][name] = row
-        print(
-            f"{name:<32} plain {row['plain_pairs_s']:7.1f} pairs/s   runner {row['runner_pairs_s']:7.1f} pairs/s"
-            f"   ratio {row['ratio']:.3f}",
-            flush=True,
+        row = paired_rounds(
+            args.rounds,
+            lambda v=variant: plain_loop(make_model(kwargs, v), batches, args.warmup),
+            lambda v=variant: runner(make_model(kwargs, v), batches, args.warmup),
+            "pairs/s",
         )
+        results["rows"][name] = row
+        print(f"{name}: {describe(row, 'pairs/s')}", flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2))
 

@@ -1,4 +1,4 @@
-"""Smoke test of the bag-MNIST benchmark script on the embedded sample (a handful of batches)."""
+"""Smoke tests of the benchmark scripts on embedded or generated data (a handful of batches)."""
 
 import json
 import runpy
@@ -7,18 +7,53 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).parents[1] / "bench" / "bench_bag_mnist.py"
+BENCH = Path(__file__).parents[1] / "bench"
+
+
+def run_bench(script: str, monkeypatch, out: Path, *args: str) -> dict:
+    monkeypatch.syspath_prepend(str(BENCH))  # the scripts import bench/paired.py
+    argv = [str(BENCH / script), "--batches", "2", "--warmup", "1", "--rounds", "2"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--out", str(out), *args])
+    runpy.run_path(str(BENCH / script), run_name="__main__")
+    return json.loads(out.read_text())
+
+
+def check_timing(result: dict) -> None:
+    assert result["rounds"] == 2
+    assert len(result["plain_per_s_rounds"]) == len(result["runner_per_s_rounds"]) == 2
+    assert result["plain_per_s"] > 0 and result["runner_per_s"] > 0
+    assert result["ratio_q1"] <= result["ratio_median"] <= result["ratio_q3"]
 
 
 @pytest.mark.parametrize("flags", [[], ["--plain-metrics", "--bare"]])
-def test_bench_bag_mnist_runs(tmp_path, monkeypatch, flags):
-    out = tmp_path / "bench.json"
-    argv = [str(BENCH), "--data-dir", str(tmp_path), "--batches", "2", "--warmup", "1"]
-    monkeypatch.setattr(
-        sys, "argv", [*argv, "--repeats", "1", "--threads", "1", "--out", str(out), *flags]
-    )
-    runpy.run_path(str(BENCH), run_name="__main__")
-    result = json.loads(out.read_text())
+def test_bench_bag_mnist(tmp_path, monkeypatch, flags):
+    result = run_bench(
+        "bench_bag_mnist.py", monkeypatch, tmp_path / "bench.json",
+        "--data-dir", str(tmp_path), "--threads", "1", *flags,
+    )  # fmt: skip
     assert result["data_source"] == "sample"
-    assert result["plain_bags_s"] > 0 and result["runner_bags_s"] > 0
     assert result["runner"].startswith("bare" if "--bare" in flags else "ClassificationTask")
+    check_timing(result)
+
+
+def test_bench_imdb(tmp_path, monkeypatch):
+    result = run_bench(
+        "bench_imdb.py", monkeypatch, tmp_path / "bench.json",
+        "--batch-size", "8", "--max-seq-len", "32", "--cache-dir", str(tmp_path / "cache"),
+    )  # fmt: skip
+    assert result["data_source"] == "sample" and result["batch_size"] == 8
+    assert result["tokenization"]["encode_reviews_per_s"] > 0
+    check_timing(result)
+
+
+def test_bench_lcqmc(tmp_path, monkeypatch):
+    result = run_bench(
+        "bench_lcqmc.py", monkeypatch, tmp_path / "bench.json",
+        "--hidden", "16", "--heads", "2", "--ffn", "32", "--depth", "1", "--threads", "1",
+    )  # fmt: skip
+    assert result["data"] == "generated"
+    assert set(result["rows"]) == {
+        "custom + SDPA", "custom, explicit softmax", "torch TransformerEncoderLayer"
+    }  # fmt: skip
+    for row in result["rows"].values():
+        check_timing(row)

@@ -1,0 +1,88 @@
+"""Runner-vs-plain timing shared by the benches: many short paired rounds, median ratio.
+
+On a shared CPU the same loop's speed drifts by up to ~20% within seconds (the plain bag-MNIST
+loop ran 17.8 and 21.9 ms per step a few seconds apart on 2026-11-21). One long runner segment
+against one long plain segment therefore compares two states of the machine. Here every round
+times a short plain segment and a short runner segment back to back, alternating which goes
+first: the round's ratio cancels drift slower than a round, the median over rounds drops rounds
+hit by a burst of load, and the quartiles show what is left of the noise.
+"""
+
+import statistics
+import time
+from collections.abc import Callable
+
+import pytorch_lightning as pl
+import torch
+
+
+def clock(cuda: bool = False) -> float:
+    """Seconds; waits for queued GPU work first, so a window ends when its last kernel does."""
+    if cuda:
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+class WindowTimer(pl.Callback):
+    """Rate of the training batches from batch `warmup` on, in samples (`labels`) per second.
+
+    The window opens at that batch's start (after it was fetched, like a plain loop's body) and
+    closes at the end of the training epoch, so a task's epoch-end metric computation counts."""
+
+    def __init__(self, warmup: int) -> None:
+        self.warmup, self.samples = warmup, 0
+        self.start = self.end = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if batch_idx == self.warmup:
+            self.start = clock(pl_module.device.type == "cuda")
+        if batch_idx >= self.warmup:
+            self.samples += len(batch["labels"])
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self.end = clock(pl_module.device.type == "cuda")
+
+    @property
+    def rate(self) -> float:
+        return self.samples / (self.end - self.start)
+
+
+def paired_rounds(
+    rounds: int, plain: Callable[[], float], runner: Callable[[], float], unit: str
+) -> dict:
+    """Run `rounds` rounds of (plain, runner) segments, each callable returning samples/s."""
+    rates: dict[str, list[float]] = {"plain": [], "runner": []}
+    sides = [("plain", plain), ("runner", runner)]
+    for i in range(rounds):
+        for name, segment in sides if i % 2 == 0 else sides[::-1]:
+            rates[name].append(segment())
+        print(
+            f"round {i + 1}/{rounds}: plain {rates['plain'][-1]:8.1f}  runner "
+            f"{rates['runner'][-1]:8.1f} {unit}  ratio {rates['runner'][-1] / rates['plain'][-1]:.3f}",
+            flush=True,
+        )
+    return summarize(rates["plain"], rates["runner"])
+
+
+def summarize(plain: list[float], runner: list[float]) -> dict:
+    """Medians of each side and of the per-round ratios runner / plain, with the ratios' quartiles."""
+    ratios = [r / p for r, p in zip(runner, plain, strict=True)]
+    q1, _, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    return {
+        "rounds": len(ratios),
+        "plain_per_s": statistics.median(plain),
+        "runner_per_s": statistics.median(runner),
+        "ratio_median": statistics.median(ratios),
+        "ratio_q1": q1,
+        "ratio_q3": q3,
+        "plain_per_s_rounds": [round(x, 1) for x in plain],
+        "runner_per_s_rounds": [round(x, 1) for x in runner],
+    }
+
+
+def describe(result: dict, unit: str) -> str:
+    return (
+        f"median of {result['rounds']} rounds: plain {result['plain_per_s']:.1f}, runner "
+        f"{result['runner_per_s']:.1f} {unit}; ratio runner/plain {result['ratio_median']:.3f} "
+        f"(quartiles {result['ratio_q1']:.3f}-{result['ratio_q3']:.3f})"
+    )
