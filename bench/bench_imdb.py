@@ -119,7 +119,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    raw = load_local(os.path.join(args.data_dir, "imdb")) if args.data_dir else load_sample()  # type: ignore[arg-type]
+    raw = load_local(Path(args.data_dir) / "imdb") if args.data_dir else load_sample()
     tokenization = tokenization_throughput(raw["train"]["text"])
     dm = IMDBDataModule(
         data_dir=args.data_dir or "/nonexistent",
