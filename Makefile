@@ -49,6 +49,7 @@ tensorboard: setup  ## serve outputs/ on http://127.0.0.1:6006
 	$(BIN)/tensorboard --logdir outputs --host 127.0.0.1 --port 6006
 
 bench: setup  ## throughput benchmarks (runner vs plain PyTorch loop)
+	$(BIN)/python bench/bench_overhead.py
 	$(BIN)/python bench/bench_bag_mnist.py
 	$(BIN)/python bench/bench_lcqmc.py $(if $(wildcard data/lcqmc/dev.tsv),--data-dir data)
 	$(BIN)/python bench/bench_imdb.py $(if $(wildcard data/imdb/train.parquet),--data-dir data)

@@ -57,3 +57,9 @@ def test_bench_lcqmc(tmp_path, monkeypatch):
     }  # fmt: skip
     for row in result["rows"].values():
         check_timing(row)
+
+
+def test_bench_overhead(tmp_path, monkeypatch):
+    result = run_bench("bench_overhead.py", monkeypatch, tmp_path / "bench.json", "--threads", "1")
+    assert result["plain_us_per_step"] > 0 and result["runner_us_per_step"] > 0
+    check_timing(result)
