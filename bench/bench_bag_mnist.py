@@ -28,7 +28,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
-from paired import WindowTimer, clock, describe, paired_rounds
+from paired import BareTask, WindowTimer, clock, describe, paired_rounds
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import TensorBoardLogger
 
@@ -36,7 +36,6 @@ from attnexp.data.bag_mnist import BagMNISTDataModule
 from attnexp.models.bag import BagAttention
 from attnexp.modules import AdditiveScorer
 from attnexp.tasks import ClassificationTask
-from attnexp.tasks.classification import split_batch
 from attnexp.tasks.metrics import ClassificationStats
 
 
@@ -81,21 +80,6 @@ def plain_loop(
     return bags / (clock() - start)
 
 
-class BareTask(pl.LightningModule):
-    """The least a LightningModule can do: forward, cross-entropy, the same optimizer."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        inputs, labels = split_batch(batch)
-        return F.cross_entropy(self.model(**inputs), labels)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return adam(self.model.parameters())
-
-
 def runner(
     dm: BagMNISTDataModule,
     model: torch.nn.Module,
@@ -104,7 +88,7 @@ def runner(
     full: bool,
     bare: bool = False,
 ) -> float:
-    task = BareTask(model) if bare else ClassificationTask(model, dm.num_classes, adam)
+    task = BareTask(model, adam) if bare else ClassificationTask(model, dm.num_classes, adam)
     timer = WindowTimer(warmup)
     out = tempfile.mkdtemp()
     extra = {}

@@ -4,7 +4,7 @@
 
 A 16 -> 2 linear layer on pre-built batches of 8 makes the model's own work tiny, so the
 difference in time per step between the runner (Trainer + ClassificationTask, no logger, no
-checkpoint) and a plain PyTorch loop over the same DataLoader is the framework's per-step cost
+checkpoint; `--bare`: a loss-only LightningModule instead) and a plain PyTorch loop over the same DataLoader is the framework's per-step cost
 (hooks, optimizer closure, progress tracking, batch transfer). With it, a model whose plain step
 takes t seconds can reach at most a runner/plain ratio of t / (t + overhead): this is what caps
 the bag-MNIST bench on a slow CPU. Runner and plain segments are paired in short rounds
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
-from paired import WindowTimer, clock, describe, paired_rounds
+from paired import BareTask, WindowTimer, clock, describe, paired_rounds
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -60,7 +60,7 @@ def plain(batches: list[dict], warmup: int) -> float:
     return samples / (clock() - start)
 
 
-def runner(batches: list[dict], warmup: int) -> float:
+def runner(batches: list[dict], warmup: int, bare: bool) -> float:
     torch.manual_seed(0)
     timer = WindowTimer(warmup)
     trainer = pl.Trainer(
@@ -73,7 +73,7 @@ def runner(batches: list[dict], warmup: int) -> float:
         enable_model_summary=False,
         num_sanity_val_steps=0,
     )
-    task = ClassificationTask(Linear(), 2, adam)
+    task = BareTask(Linear(), adam) if bare else ClassificationTask(Linear(), 2, adam)
     trainer.fit(task, train_dataloaders=DataLoader(batches, batch_size=None))
     return timer.rate
 
@@ -86,6 +86,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=10, help="paired runner/plain rounds")
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
+    parser.add_argument(
+        "--bare", action="store_true", help="runner side: a loss-only LightningModule (no metrics)"
+    )
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args()
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
@@ -95,7 +98,7 @@ def main() -> None:
     timing = paired_rounds(
         args.rounds,
         lambda: plain(batches, args.warmup),
-        lambda: runner(batches, args.warmup),
+        lambda: runner(batches, args.warmup, args.bare),
         "samples/s",
     )
     # Per-round step times (8 samples per step), then the median per-step difference.
@@ -105,6 +108,7 @@ def main() -> None:
     }
     overhead = [r - p for r, p in zip(step_us["runner"], step_us["plain"], strict=True)]
     result = {
+        "runner": "bare LightningModule" if args.bare else "ClassificationTask",
         "threads": torch.get_num_threads(),
         "steps_per_segment": args.batches,
         "plain_us_per_step": statistics.median(step_us["plain"]),

@@ -14,6 +14,9 @@ from collections.abc import Callable
 
 import pytorch_lightning as pl
 import torch
+import torch.nn.functional as F
+
+from attnexp.tasks.classification import split_batch
 
 
 def clock(cuda: bool = False) -> float:
@@ -45,6 +48,22 @@ class WindowTimer(pl.Callback):
     @property
     def rate(self) -> float:
         return self.samples / (self.end - self.start)
+
+
+class BareTask(pl.LightningModule):
+    """The least a LightningModule can do: forward, cross-entropy, the given optimizer. Timing it
+    against ClassificationTask separates Lightning's loop from the task's own per-step work."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: Callable) -> None:
+        super().__init__()
+        self.model, self.optimizer_factory = model, optimizer
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        inputs, labels = split_batch(batch)
+        return F.cross_entropy(self.model(**inputs), labels)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return self.optimizer_factory(self.model.parameters())
 
 
 def paired_rounds(
