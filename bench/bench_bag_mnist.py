@@ -15,20 +15,16 @@ DataModule's loader, normalised by its `on_after_batch_transfer`.
   `--plain-metrics` it also updates the same train metrics (acc, macro F1, loss) every step and computes
   them at the end, so both sides do the same work and the ratio is the framework's own overhead.
 Each segment times `--batches` batches after `--warmup` untimed ones. Runner and plain segments
-are paired in `--rounds` short rounds (bench/paired.py): the result is the median of the per-round
+are paired in `--rounds` short rounds (bench/benchkit.py): the result is the median of the per-round
 ratios runner / plain, with its quartiles, which cancels the drift of a shared CPU's speed.
 """
 
 import argparse
-import json
-import logging
 import tempfile
-from pathlib import Path
 
-import pytorch_lightning as pl
+import benchkit
 import torch
 import torch.nn.functional as F
-from paired import BareTask, WindowTimer, clock, describe, paired_rounds
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import TensorBoardLogger
 
@@ -65,7 +61,7 @@ def plain_loop(
         if i == warmup + batches:
             break
         if i == warmup:
-            start = clock()
+            start = benchkit.clock()
         batch = dm.on_after_batch_transfer(batch, 0)
         logits = model(items=batch["items"], mask=batch["mask"])
         loss = F.cross_entropy(logits, batch["labels"])
@@ -77,7 +73,7 @@ def plain_loop(
         bags += len(batch["labels"]) if i >= warmup else 0
     if train_stats is not None:
         train_stats.compute()
-    return bags / (clock() - start)
+    return bags / (benchkit.clock() - start)
 
 
 def runner(
@@ -88,8 +84,10 @@ def runner(
     full: bool,
     bare: bool = False,
 ) -> float:
-    task = BareTask(model, adam) if bare else ClassificationTask(model, dm.num_classes, adam)
-    timer = WindowTimer(warmup)
+    task = (
+        benchkit.BareTask(model, adam) if bare else ClassificationTask(model, dm.num_classes, adam)
+    )
+    timer = benchkit.WindowTimer(warmup)
     out = tempfile.mkdtemp()
     extra = {}
     if full:
@@ -97,16 +95,11 @@ def runner(
             "logger": TensorBoardLogger(out, name="tb", version=""),
             "callbacks": [timer, ModelCheckpoint(dirpath=f"{out}/checkpoints", save_last=True)],
         }
-    trainer = pl.Trainer(
-        max_epochs=1,
-        accelerator="cpu",
+    trainer = benchkit.bench_trainer(
+        timer,
         logger=extra.get("logger", False),
         enable_checkpointing=full,
         callbacks=extra.get("callbacks", [timer]),
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
         limit_train_batches=warmup + batches,
         log_every_n_steps=20,
         default_root_dir=out,
@@ -122,24 +115,13 @@ def main() -> None:
     )
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--batches", type=int, default=40)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=20, help="paired runner/plain rounds")
     parser.add_argument("--full", action="store_true", help="runner with TensorBoard + checkpoints")
-    parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (default: torch's)"
-    )
     parser.add_argument(
         "--plain-metrics", action="store_true", help="the plain loop computes the train metrics too"
     )
-    parser.add_argument(
-        "--bare", action="store_true", help="runner side: a loss-only LightningModule (no metrics)"
-    )
-    parser.add_argument("--out", default=None, help="write the results as JSON here")
+    benchkit.timing_args(parser, batches=30, warmup=5, rounds=20, bare=True)
     args = parser.parse_args()
-    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    benchkit.setup(args)
     dm = BagMNISTDataModule(args.data_dir, batch_size=args.batch_size, bag_size=3)
     dm.setup("fit")
 
@@ -151,7 +133,7 @@ def main() -> None:
         model = make_model(dm, args.hidden)
         return runner(dm, model, args.batches, args.warmup, args.full, args.bare)
 
-    timing = paired_rounds(args.rounds, plain, run, "bags/s")
+    timing = benchkit.paired_rounds(args.rounds, plain, run, "bags/s")
     results = {
         "data_source": dm.source,
         "runner": ("bare LightningModule, " if args.bare else "ClassificationTask, ")
@@ -166,9 +148,8 @@ def main() -> None:
         "batches": args.batches,
         **timing,
     }
-    print(f"{results['runner']}: {describe(timing, 'bags/s')}")
-    if args.out:
-        Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+    print(f"{results['runner']}: {benchkit.describe(timing, 'bags/s')}")
+    benchkit.write_result(args, results)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """IMDB throughput: the runner (Lightning Trainer + ClassificationTask) vs a plain PyTorch loop.
 
 Both train the same model (same init) on the same length-bucketed batches, in the same process.
-Runner and plain segments are paired in `--rounds` short rounds (bench/paired.py), so that load
+Runner and plain segments are paired in `--rounds` short rounds (bench/benchkit.py), so that load
 from other processes hits both alike. Reported: the median reviews/s of each and the median of
 the per-round ratios (target >= 0.97) with its quartiles, plus tokenisation throughput.
 
@@ -21,10 +21,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-import pytorch_lightning as pl  # noqa: E402
+import benchkit  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from paired import WindowTimer, clock, describe, paired_rounds  # noqa: E402
 
 from attnexp.data.imdb import IMDBDataModule, load_local, load_sample  # noqa: E402
 from attnexp.data.text import encode_texts, train_word_tokenizer  # noqa: E402
@@ -39,22 +38,16 @@ def make_model(vocab_size: int, seed: int) -> torch.nn.Module:
 
 
 def runner_segment(dm, vocab_size, batches, warmup, args) -> float:
-    timer = WindowTimer(warmup)
+    timer = benchkit.WindowTimer(warmup)
     task = ClassificationTask(
         make_model(vocab_size, 0), 2, optimizer=partial(torch.optim.Adam, lr=1e-3)
     )
-    trainer = pl.Trainer(
+    trainer = benchkit.bench_trainer(
+        timer,
         accelerator=args.device,
         devices=1,
         precision=args.precision,
-        max_epochs=1,
         limit_train_batches=warmup + batches,
-        limit_val_batches=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[timer],
     )
     trainer.fit(task, train_dataloaders=dm.train_dataloader())
     return timer.rate
@@ -72,7 +65,7 @@ def plain_segment(dm, vocab_size, batches, warmup, args) -> float:
         if i == warmup + batches:
             break
         if i == warmup:
-            start = clock(device.type == "cuda")
+            start = benchkit.clock(device.type == "cuda")
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         with autocast:
             logits = model(batch["input_ids"], batch["mask"])
@@ -81,7 +74,7 @@ def plain_segment(dm, vocab_size, batches, warmup, args) -> float:
         loss.backward()
         optimizer.step()
         reviews += len(batch["labels"]) if i >= warmup else 0
-    return reviews / (clock(device.type == "cuda") - start)
+    return reviews / (benchkit.clock(device.type == "cuda") - start)
 
 
 def tokenization_throughput(texts: list[str]) -> dict:
@@ -107,17 +100,15 @@ def main() -> None:
     parser.add_argument(
         "--data-dir", default=None, help="folder holding imdb/ (default: embedded sample)"
     )
-    parser.add_argument("--batches", type=int, default=8, help="timed batches per segment")
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=10, help="paired runner/plain rounds")
+    benchkit.timing_args(parser, batches=8, warmup=2, rounds=10)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--max-seq-len", type=int, default=256)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precision", default="32-true", help="32-true | bf16-mixed")
     parser.add_argument("--cache-dir", default=None)
-    parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    benchkit.setup(args)
 
     raw = load_local(Path(args.data_dir) / "imdb") if args.data_dir else load_sample()
     tokenization = tokenization_throughput(raw["train"]["text"])
@@ -130,7 +121,7 @@ def main() -> None:
     )
     dm.setup("fit")
     vocab_size = dm.model_kwargs["vocab_size"]
-    timing = paired_rounds(
+    timing = benchkit.paired_rounds(
         args.rounds,
         lambda: plain_segment(dm, vocab_size, args.batches, args.warmup, args),
         lambda: runner_segment(dm, vocab_size, args.batches, args.warmup, args),
@@ -146,10 +137,9 @@ def main() -> None:
         **timing,
         "tokenization": tokenization,
     }
-    print(describe(timing, "reviews/s"))
+    print(benchkit.describe(timing, "reviews/s"))
     print(json.dumps(result, indent=2))
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    benchkit.write_result(args, result)
 
 
 if __name__ == "__main__":

@@ -7,20 +7,17 @@ custom blocks with and without F.scaled_dot_product_attention.
 
 Each segment trains `--batches` batches (after `--warmup` untimed ones); runner and plain segments
 are paired in `--rounds` short rounds and the median of the per-round ratios is reported with its
-quartiles (bench/paired.py), which cancels the drift of a shared CPU's speed.
+quartiles (bench/benchkit.py), which cancels the drift of a shared CPU's speed.
 """
 
 import argparse
-import json
-import logging
 import random
 import tempfile
 from pathlib import Path
 
-import pytorch_lightning as pl
+import benchkit
 import torch
 import torch.nn.functional as F
-from paired import WindowTimer, clock, describe, paired_rounds
 from torch.utils.data import DataLoader
 
 from attnexp.data.lcqmc import LCQMCDataModule
@@ -58,7 +55,7 @@ def plain_loop(model, batches: list[dict], warmup: int) -> float:
     model.train()
     for i, batch in enumerate(batches):
         if i == warmup:
-            start = clock()
+            start = benchkit.clock()
         inputs = {k: v for k, v in batch.items() if k != "labels"}
         loss = F.cross_entropy(model(**inputs), batch["labels"])
         optimizer.zero_grad(set_to_none=True)
@@ -66,7 +63,7 @@ def plain_loop(model, batches: list[dict], warmup: int) -> float:
         optimizer.step()
         scheduler.step()
     pairs = sum(len(b["labels"]) for b in batches[warmup:])
-    return pairs / (clock() - start)
+    return pairs / (benchkit.clock() - start)
 
 
 def runner(model, batches: list[dict], warmup: int) -> float:
@@ -74,18 +71,8 @@ def runner(model, batches: list[dict], warmup: int) -> float:
         return torch.optim.AdamW(params, lr=5e-4)
 
     task = ClassificationTask(model, 2, factory, linear_warmup_decay, weight_decay=0.01)
-    timer = WindowTimer(warmup)
-    trainer = pl.Trainer(
-        max_epochs=1,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        callbacks=[timer],
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
-    )
+    timer = benchkit.WindowTimer(warmup)
+    trainer = benchkit.bench_trainer(timer)
     loader = DataLoader(batches, batch_size=None, shuffle=False)
     trainer.fit(task, train_dataloaders=loader)
     return timer.rate
@@ -100,17 +87,9 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--ffn", type=int, default=1024)
     parser.add_argument("--depth", type=int, default=2)
-    parser.add_argument("--batches", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=6, help="paired runner/plain rounds")
-    parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (default: torch's)"
-    )
-    parser.add_argument("--out", default=None, help="write the results as JSON here")
+    benchkit.timing_args(parser, batches=30, warmup=3, rounds=6)
     args = parser.parse_args()
-    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    benchkit.setup(args)
     data_dir = Path(args.data_dir) if args.data_dir else generated_data(Path(tempfile.mkdtemp()))
     dm = LCQMCDataModule(str(data_dir), train_split="dev", batch_size=32, cache_dir=None)
     dm.setup()
@@ -131,16 +110,15 @@ def main() -> None:
         "rows": {},
     }
     for name, variant in variants.items():
-        row = paired_rounds(
+        row = benchkit.paired_rounds(
             args.rounds,
             lambda v=variant: plain_loop(make_model(kwargs, v), batches, args.warmup),
             lambda v=variant: runner(make_model(kwargs, v), batches, args.warmup),
             "pairs/s",
         )
         results["rows"][name] = row
-        print(f"{name}: {describe(row, 'pairs/s')}", flush=True)
-    if args.out:
-        Path(args.out).write_text(json.dumps(results, indent=2))
+        print(f"{name}: {benchkit.describe(row, 'pairs/s')}", flush=True)
+    benchkit.write_result(args, results)
 
 
 if __name__ == "__main__":

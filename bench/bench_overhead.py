@@ -8,19 +8,15 @@ checkpoint; `--bare`: a loss-only LightningModule instead) and a plain PyTorch l
 (hooks, optimizer closure, progress tracking, batch transfer). With it, a model whose plain step
 takes t seconds can reach at most a runner/plain ratio of t / (t + overhead): this is what caps
 the bag-MNIST bench on a slow CPU. Runner and plain segments are paired in short rounds
-(bench/paired.py).
+(bench/benchkit.py).
 """
 
 import argparse
-import json
-import logging
 import statistics
-from pathlib import Path
 
-import pytorch_lightning as pl
+import benchkit
 import torch
 import torch.nn.functional as F
-from paired import BareTask, WindowTimer, clock, describe, paired_rounds
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -51,29 +47,20 @@ def plain(batches: list[dict], warmup: int) -> float:
     optimizer = adam(model.parameters())
     for i, batch in enumerate(DataLoader(batches, batch_size=None)):
         if i == warmup:
-            start = clock()
+            start = benchkit.clock()
         loss = F.cross_entropy(model(batch["x"]), batch["labels"])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         samples += len(batch["labels"]) if i >= warmup else 0
-    return samples / (clock() - start)
+    return samples / (benchkit.clock() - start)
 
 
 def runner(batches: list[dict], warmup: int, bare: bool) -> float:
     torch.manual_seed(0)
-    timer = WindowTimer(warmup)
-    trainer = pl.Trainer(
-        max_epochs=1,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        callbacks=[timer],
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-    )
-    task = BareTask(Linear(), adam) if bare else ClassificationTask(Linear(), 2, adam)
+    timer = benchkit.WindowTimer(warmup)
+    trainer = benchkit.bench_trainer(timer)
+    task = benchkit.BareTask(Linear(), adam) if bare else ClassificationTask(Linear(), 2, adam)
     trainer.fit(task, train_dataloaders=DataLoader(batches, batch_size=None))
     return timer.rate
 
@@ -82,20 +69,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--batches", type=int, default=300, help="timed steps per segment")
-    parser.add_argument("--warmup", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=10, help="paired runner/plain rounds")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads")
-    parser.add_argument(
-        "--bare", action="store_true", help="runner side: a loss-only LightningModule (no metrics)"
-    )
-    parser.add_argument("--out", default=None, help="write the results as JSON here")
+    benchkit.timing_args(parser, batches=300, warmup=20, rounds=10, bare=True)
     args = parser.parse_args()
-    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    benchkit.setup(args)
     batches = make_batches(args.warmup + args.batches)
-    timing = paired_rounds(
+    timing = benchkit.paired_rounds(
         args.rounds,
         lambda: plain(batches, args.warmup),
         lambda: runner(batches, args.warmup, args.bare),
@@ -116,14 +94,13 @@ def main() -> None:
         "overhead_us_per_step": statistics.median(overhead),
         **timing,
     }
-    print(describe(timing, "samples/s"))
+    print(benchkit.describe(timing, "samples/s"))
     print(
         f"per step: plain {result['plain_us_per_step']:.0f} us, runner "
         f"{result['runner_us_per_step']:.0f} us; Lightning's fixed cost "
         f"{result['overhead_us_per_step']:.0f} us per step (median of the rounds)"
     )
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    benchkit.write_result(args, result)
 
 
 if __name__ == "__main__":

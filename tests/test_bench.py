@@ -11,7 +11,7 @@ BENCH = Path(__file__).parents[1] / "bench"
 
 
 def run_bench(script: str, monkeypatch, out: Path, *args: str) -> dict:
-    monkeypatch.syspath_prepend(str(BENCH))  # the scripts import bench/paired.py
+    monkeypatch.syspath_prepend(str(BENCH))  # the scripts import bench/benchkit.py
     argv = [str(BENCH / script), "--batches", "2", "--warmup", "1", "--rounds", "2"]
     monkeypatch.setattr(sys, "argv", [*argv, "--out", str(out), *args])
     runpy.run_path(str(BENCH / script), run_name="__main__")

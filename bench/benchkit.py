@@ -1,4 +1,4 @@
-"""Runner-vs-plain timing shared by the benches: many short paired rounds, median ratio.
+"""Shared by the benches: runner-vs-plain timing in many short paired rounds, and their helpers.
 
 On a shared CPU the same loop's speed drifts by up to ~20% within seconds (the plain bag-MNIST
 loop ran 17.8 and 21.9 ms per step a few seconds apart on 2026-11-21). One long runner segment
@@ -8,9 +8,13 @@ first: the round's ratio cancels drift slower than a round, the median over roun
 hit by a burst of load, and the quartiles show what is left of the noise.
 """
 
+import argparse
+import json
+import logging
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
@@ -48,6 +52,51 @@ class WindowTimer(pl.Callback):
     @property
     def rate(self) -> float:
         return self.samples / (self.end - self.start)
+
+
+def timing_args(
+    parser: argparse.ArgumentParser, batches: int, warmup: int, rounds: int, bare: bool = False
+) -> None:
+    """The options every bench shares: segment length, rounds, torch threads, JSON output."""
+    parser.add_argument("--batches", type=int, default=batches, help="timed batches per segment")
+    parser.add_argument("--warmup", type=int, default=warmup, help="untimed batches before them")
+    parser.add_argument("--rounds", type=int, default=rounds, help="paired runner/plain rounds")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: torch's)"
+    )
+    parser.add_argument("--out", default=None, help="write the results as JSON here")
+    if bare:
+        parser.add_argument(
+            "--bare", action="store_true", help="runner side: a loss-only LightningModule"
+        )
+
+
+def setup(args: argparse.Namespace) -> None:
+    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+
+def write_result(args: argparse.Namespace, result: dict) -> None:
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+
+
+def bench_trainer(timer: WindowTimer, **overrides) -> pl.Trainer:
+    """A Trainer that only trains one epoch: no logger, checkpoint, progress bar, model summary or
+    validation unless `overrides` asks for them."""
+    settings = {
+        "max_epochs": 1,
+        "accelerator": "cpu",
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "num_sanity_val_steps": 0,
+        "limit_val_batches": 0,
+        "callbacks": [timer],
+    }
+    return pl.Trainer(**{**settings, **overrides})
 
 
 class BareTask(pl.LightningModule):
