@@ -107,6 +107,30 @@ def test_query_init():
     assert query.requires_grad
 
 
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda init: LSTMMean(V, 2, linear_init=init),
+        lambda init: LSTMAttention(V, 2, scorer=AdditiveScorer, linear_init=init),
+        lambda init: LSTMSelfAttention(V, 2, heads=2, hidden_size=4, linear_init=init),
+        lambda init: LSTMSelfAttention(V, 2, heads=2, use_lstm=False, embed_dim=8, linear_init=init),
+    ],
+)
+def test_linear_init_reaches_every_linear_layer_and_no_other(build):
+    torch.manual_seed(0)
+    torch_model = build("torch")
+    torch.manual_seed(0)
+    xavier_model = build("xavier")
+    linears = [m for m in xavier_model.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all(m.bias is None or (m.bias == 0).all() for m in linears)
+    assert any((m.bias != 0).any() for m in torch_model.modules() if isinstance(m, torch.nn.Linear))
+    # Embeddings and LSTM are built first from the same seed and keep their own init.
+    xavier_params = dict(xavier_model.named_parameters())
+    for name, param in torch_model.named_parameters():
+        if name.startswith("encoder."):
+            assert torch.equal(param, xavier_params[name]), name
+
+
 def test_config_errors():
     with pytest.raises(ConfigError, match="model.heads"):
         LSTMSelfAttention(V, 2, heads=3, hidden_size=4)
@@ -118,6 +142,8 @@ def test_config_errors():
         LSTMMean(V, 2, hidden_size=0)
     with pytest.raises(ConfigError, match="model.embed_init"):
         LSTMMean(V, 2, embed_init="zeros")
+    with pytest.raises(ConfigError, match="model.linear_init"):
+        LSTMMean(V, 2, linear_init="paddle")
     with pytest.raises(ConfigError, match="model.query_init"):
         LSTMAttention(V, 2, scorer=DotScorer, query_init="zeros")
     with pytest.raises(ConfigError, match="max_seq_len"):

@@ -18,6 +18,7 @@ from attnexp.modules import (
     masked_softmax,
 )
 from attnexp.modules.embeddings import sinusoidal_table
+from attnexp.modules.init import init_linear_layers
 
 SELF_ATTENTIONS = ("mhsa", "simple")
 
@@ -140,7 +141,11 @@ class LSTMEncoder(nn.Module):
 
 
 class _TextClassifier(nn.Module):
-    """Shared parts: the encoder and the classifier head; subclasses pool the token features."""
+    """Shared parts: the encoder and the classifier head; subclasses pool the token features.
+
+    `linear_init` ("torch" | "xavier", see modules/init.py) starts every linear layer (head,
+    scorer, self-attention projections); `embed_init` the embeddings (see LSTMEncoder).
+    """
 
     input_kind = "tokens"
 
@@ -156,6 +161,7 @@ class _TextClassifier(nn.Module):
         pad_id: int = 0,
         rnn_impl: str = "auto",
         embed_init: str = "normal",
+        linear_init: str = "torch",
     ) -> None:
         super().__init__()
         self.encoder = LSTMEncoder(
@@ -171,6 +177,9 @@ class _TextClassifier(nn.Module):
         )
         self.dropout = nn.Dropout(dropout)
         self.head = nn.Linear(self.encoder.output_dim, num_classes)
+        if type(self).__init__ is _TextClassifier.__init__:
+            # No layers of its own (mean pooling). The others add theirs first, then call this.
+            init_linear_layers(self, linear_init)
 
     def pool(
         self, features: torch.Tensor, mask: torch.Tensor
@@ -209,6 +218,7 @@ class LSTMAttention(_TextClassifier):
         rnn_impl: str = "auto",
         embed_init: str = "normal",
         query_init: str = "normal",
+        linear_init: str = "torch",
     ) -> None:
         super().__init__(
             vocab_size,
@@ -221,6 +231,7 @@ class LSTMAttention(_TextClassifier):
             pad_id,
             rnn_impl,
             embed_init,
+            linear_init,
         )
         if scorer is None:
             raise ConfigError(
@@ -229,6 +240,7 @@ class LSTMAttention(_TextClassifier):
         self.attention = AttentionPooling(
             self.encoder.output_dim, scorer, query="learned", query_init=query_init
         )
+        init_linear_layers(self, linear_init)
 
     def pool(self, features, mask):
         return self.attention(features, mask)  # (B, D), (B, T)
@@ -270,6 +282,7 @@ class LSTMSelfAttention(_TextClassifier):
         pad_id: int = 0,
         rnn_impl: str = "auto",
         embed_init: str = "normal",
+        linear_init: str = "torch",
         max_seq_len: int = 512,
     ) -> None:
         super().__init__(
@@ -283,6 +296,7 @@ class LSTMSelfAttention(_TextClassifier):
             pad_id,
             rnn_impl,
             embed_init,
+            linear_init,
         )
         if attention not in SELF_ATTENTIONS:
             raise ConfigError(
@@ -306,6 +320,7 @@ class LSTMSelfAttention(_TextClassifier):
             self.self_attention = MultiHeadSelfAttention(width, heads, dropout=attn_dropout)
         else:
             self.self_attention = SimpleSelfAttention()
+        init_linear_layers(self, linear_init)
 
     def forward(self, input_ids: torch.Tensor, mask: torch.Tensor, return_attention: bool = False):
         """input_ids (B, T), mask (B, T) -> logits (B, classes) [, weights (B, nh, T, T)]."""

@@ -27,6 +27,7 @@ class MultiHeadSelfAttention(nn.Module):
         self.head_dim = embed_dim // num_heads
         self.dropout = dropout
         self.in_proj = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)
+        self.in_proj.fused_parts = 3  # query, key, value (see modules/init.py)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
     def forward(
