@@ -113,7 +113,9 @@ def test_query_init():
         lambda init: LSTMMean(V, 2, linear_init=init),
         lambda init: LSTMAttention(V, 2, scorer=AdditiveScorer, linear_init=init),
         lambda init: LSTMSelfAttention(V, 2, heads=2, hidden_size=4, linear_init=init),
-        lambda init: LSTMSelfAttention(V, 2, heads=2, use_lstm=False, embed_dim=8, linear_init=init),
+        lambda init: LSTMSelfAttention(
+            V, 2, heads=2, use_lstm=False, embed_dim=8, linear_init=init
+        ),
     ],
 )
 def test_linear_init_reaches_every_linear_layer_and_no_other(build):
