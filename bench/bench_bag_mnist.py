@@ -14,6 +14,8 @@ DataModule's loader, normalised by its `on_after_batch_transfer`.
 - plain: for batch in loader: forward, cross-entropy, zero_grad, backward, step. With
   `--plain-metrics` it also updates the same train metrics (acc, macro F1, loss) every step and computes
   them at the end, so both sides do the same work and the ratio is the framework's own overhead.
+  On both sides the window covers the batches only, not the work done once per epoch (see
+  benchkit.WindowTimer).
 Each segment times `--batches` batches after `--warmup` untimed ones. Runner and plain segments
 are paired in `--rounds` short rounds (bench/benchkit.py): the result is the median of the per-round
 ratios runner / plain, with its quartiles, which cancels the drift of a shared CPU's speed.
@@ -71,9 +73,10 @@ def plain_loop(
         if train_stats is not None:
             train_stats.update(logits.detach(), batch["labels"], loss)
         bags += len(batch["labels"]) if i >= warmup else 0
+    rate = bags / (benchkit.clock() - start)
     if train_stats is not None:
-        train_stats.compute()
-    return bags / (benchkit.clock() - start)
+        train_stats.compute()  # once per epoch: outside the window, as on the runner side
+    return rate
 
 
 def runner(

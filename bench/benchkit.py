@@ -34,7 +34,9 @@ class WindowTimer(pl.Callback):
     """Rate of the training batches from batch `warmup` on, in samples (`labels`) per second.
 
     The window opens at that batch's start (after it was fetched, like a plain loop's body) and
-    closes at the end of the training epoch, so a task's epoch-end metric computation counts."""
+    closes when the last batch is done, before the epoch-end work (the task's metric computation,
+    a checkpoint save): a segment is a few dozen batches of an epoch of hundreds, so a cost paid
+    once per epoch would weigh ten times more here than in a real run."""
 
     def __init__(self, warmup: int) -> None:
         self.warmup, self.samples = warmup, 0
