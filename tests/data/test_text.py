@@ -37,11 +37,15 @@ def test_min_frequency_and_vocab_size():
         train_word_tokenizer(TEXTS, vocab_size=2)
 
 
-def test_word_split_keeps_or_splits_punctuation():
+def test_word_split_keeps_splits_or_drops_punctuation():
     by_punct = train_word_tokenizer(TEXTS, vocab_size=100, min_frequency=1)
     by_space = train_word_tokenizer(TEXTS, vocab_size=100, min_frequency=1, split="whitespace")
+    words = train_word_tokenizer(TEXTS, vocab_size=100, min_frequency=1, split="words")
     assert {"film", "."} <= set(by_punct.get_vocab()) and "film." not in by_punct.get_vocab()
     assert {"film.", "it!"} <= set(by_space.get_vocab()) and "!" not in by_space.get_vocab()
+    assert {"film", "it"} <= set(words.get_vocab())
+    assert not {".", "!", "film.", "it!"} & set(words.get_vocab())
+    assert words.encode("Great film!!").tokens == ["great", "film"]
     with pytest.raises(ConfigError, match="data.word_split"):
         train_word_tokenizer(TEXTS, split="spaces")
 

@@ -148,8 +148,8 @@ class IMDBDataModule(AttnDataModule):
     data_dir: folder holding `imdb/`.
     source: auto | local | hub | sample.
     vocab_size / min_frequency: word-level tokenizer trained on the training split.
-    word_split: "punctuation" (words and punctuation marks are separate tokens) or "whitespace"
-        (`text.split()`, as the nndl chapter does).
+    word_split: "punctuation" (words and punctuation marks are separate tokens), "whitespace"
+        (`text.split()`, as the nndl chapter does) or "words" (punctuation dropped).
     max_seq_len / truncation: reviews are cut to max_seq_len tokens, the first ones ("head") or
         the first and last halves ("head_tail").
     batch_size: reviews per batch; batches are length-bucketed (`pool_batches` batches per pool).

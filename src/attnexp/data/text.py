@@ -81,6 +81,8 @@ def train_tokenizer(
 WORD_SPLITS = {
     "punctuation": pre_tokenizers.Whitespace,  # words and punctuation runs: `\\w+|[^\\w\\s]+`
     "whitespace": pre_tokenizers.WhitespaceSplit,  # `text.split()`: "great!" stays one token
+    # Words only (`\\w+`): punctuation is dropped, so max_seq_len tokens hold more words.
+    "words": lambda: pre_tokenizers.Split(Regex(r"[^\w]+"), behavior="removed"),
 }
 
 
