@@ -5,7 +5,7 @@ import pytest
 import torch
 from imdb_data import write_imdb
 
-from attnexp.data.imdb import IMDBDataModule, load_sample, stratified_split
+from attnexp.data.imdb import IMDBDataModule, load_local, load_sample, stratified_split
 from attnexp.data.sources import sample_path
 from attnexp.errors import ConfigError
 
@@ -43,16 +43,41 @@ def test_stratified_split_is_fixed_for_a_seed():
     assert stratified_split(labels, 0.1, 3) != stratified_split(labels, 0.1, 4)
 
 
+def test_block_split_holds_out_runs_of_consecutive_reviews():
+    labels = [0] * 1000 + [1] * 1000  # sorted by label, like the local copies
+    keep, held = stratified_split(labels, 0.3, seed=0, block=100)
+    assert sorted(keep + held) == list(range(2000))
+    assert Counter(labels[i] for i in held) == {0: 300, 1: 300}
+    # Whole runs: 3 runs of 100 per label, each starting on a run boundary.
+    starts = [i for i in held if i - 1 not in held]
+    assert len(starts) <= 6 and all(i % 100 == 0 for i in starts)
+    assert stratified_split(labels, 0.3, 0, 100) != stratified_split(labels, 0.3, 1, 100)
+    # A fraction that is not a whole number of runs: the last run taken is cut.
+    assert len(stratified_split(labels, 0.25, 0, 100)[1]) == 500
+
+
+def test_val_split_blocks_and_bad_value(tmp_path):
+    write_imdb(tmp_path / "data", num_train=60, num_test=20)
+    dm = make_dm(tmp_path, val_fraction=0.2, val_split="blocks")
+    dm.setup("fit")
+    assert Counter(dm.splits["val"].labels) == {0: 6, 1: 6}
+    with pytest.raises(ConfigError, match="data.val_split"):
+        make_dm(tmp_path, val_split="movies")
+
+
 def test_acl_folder_layout(tmp_path):
     root = tmp_path / "data" / "imdb" / "aclImdb"
     for split in ("train", "test"):
         for name, text in (("pos", "a great film"), ("neg", "an awful film")):
             (root / split / name).mkdir(parents=True)
-            for i in range(5):
+            for i in (0, 2, 10, 11, 100):
                 (root / split / name / f"{i}_7.txt").write_text(f"{text} {i}")
     dm = make_dm(tmp_path, val_fraction=0.2)
     dm.setup("fit")
     assert dm.source == "local" and len(dm.splits["test"]) == 10 and len(dm.splits["val"]) == 2
+    # Reviews in id order (as in the parquet copies), not in name order (0, 10, 100, 11, 2).
+    texts = load_local(root.parent)["test"]["text"]
+    assert [int(t.rsplit(" ", 1)[1]) for t in texts] == [0, 2, 10, 11, 100] * 2
 
 
 def test_bad_local_folder(tmp_path):

@@ -7,7 +7,10 @@ drawn from the official train split: 1,600 train + 400 test, WARNING, `data_sour
 
 Splits: validation = `val_fraction` (default 0.1: 2,500 reviews) of the training set, stratified by
 label with a fixed seed (local copies are sorted by label); train = the other 22,500; test = the
-official 25,000. Token ids are cached (see `attnexp.data.text`).
+official 25,000. `val_split` picks the held-out reviews one by one ("random") or in runs of
+consecutive review ids ("blocks"): aclImdb numbers the reviews of a movie consecutively, so runs keep
+most validation movies out of training, as the official test set keeps all of its movies out.
+Token ids are cached (see `attnexp.data.text`).
 """
 
 import logging
@@ -41,6 +44,8 @@ from attnexp.errors import ConfigError
 log = logging.getLogger(__name__)
 
 HUB_NAME = "stanfordnlp/imdb"
+VAL_SPLITS = ("random", "blocks")
+VAL_BLOCK = 250  # reviews per held-out run (val_split=blocks); a movie has at most 30 reviews
 SAMPLE_FILE = "imdb_sample.parquet"
 LABELS = ("negative", "positive")
 # Fixed probe reviews whose attention is drawn every validation epoch (label 1 = positive).
@@ -58,10 +63,17 @@ PROBES = (
 Split = dict[str, list]  # {"text": [...], "label": [...]}
 
 
+def _review_id(path: Path) -> tuple[int, str]:
+    """aclImdb names a review `<id>_<rating>.txt`: order by the number, so ids 0, 1, 2, ... follow
+    each other (the order of the parquet copies), not 0, 1, 10, 100, ..."""
+    head = path.stem.split("_", 1)[0]
+    return (int(head), path.name) if head.isdigit() else (-1, path.name)
+
+
 def _read_acl_folder(folder: Path) -> Split:
     texts, labels = [], []
     for label, name in enumerate(("neg", "pos")):
-        files = sorted((folder / name).glob("*.txt"))
+        files = sorted((folder / name).glob("*.txt"), key=_review_id)
         if not files:
             raise ConfigError(f"IMDB: no *.txt reviews in {folder / name} (aclImdb layout)")
         texts += [f.read_text(encoding="utf-8") for f in files]
@@ -113,14 +125,20 @@ def load_sample() -> dict[str, Split]:
     }
 
 
-def stratified_split(labels: list[int], fraction: float, seed: int) -> tuple[list[int], list[int]]:
-    """(keep, held_out) indices: `fraction` of each label held out, chosen at random for the seed."""
+def stratified_split(
+    labels: list[int], fraction: float, seed: int, block: int = 1
+) -> tuple[list[int], list[int]]:
+    """(keep, held_out) indices: `fraction` of each label held out, chosen at random for the seed.
+
+    block > 1 holds out whole runs of `block` consecutive reviews of a label (in data order; the
+    last run taken is cut to the exact count) instead of single reviews."""
     generator = torch.Generator().manual_seed(seed)
     labels_t = torch.as_tensor(labels)
     keep, held = [], []
     for label in labels_t.unique():
-        idx = torch.nonzero(labels_t == label).squeeze(1)
-        idx = idx[torch.randperm(len(idx), generator=generator)]
+        runs = torch.nonzero(labels_t == label).squeeze(1).split(block)
+        order = torch.randperm(len(runs), generator=generator).tolist()
+        idx = torch.cat([runs[i] for i in order])
         n_held = round(len(idx) * fraction)
         held += idx[:n_held].tolist()
         keep += idx[n_held:].tolist()
@@ -154,6 +172,9 @@ class IMDBDataModule(AttnDataModule):
         the first and last halves ("head_tail").
     batch_size: reviews per batch; batches are length-bucketed (`pool_batches` batches per pool).
     val_fraction: share of the training reviews held out (stratified) for validation.
+    val_split: "random" (single reviews) or "blocks" (runs of VAL_BLOCK consecutive reviews:
+        mostly other movies than the training reviews'; needs the reviews in aclImdb id order, as
+        the local parquet and aclImdb copies are).
     tokenizer_path: reuse a saved tokenizer (file or run dir) instead of training one.
     cache_dir: token-id cache (null: $ATTNEXP_CACHE or ~/.cache/attnexp).
     """
@@ -173,6 +194,7 @@ class IMDBDataModule(AttnDataModule):
         truncation: str = "head",
         batch_size: int = 128,
         val_fraction: float = 0.1,
+        val_split: str = "random",
         pool_batches: int = 50,
         tokenizer_path: str | None = None,
         cache_dir: str | None = None,
@@ -191,6 +213,12 @@ class IMDBDataModule(AttnDataModule):
             raise ConfigError(
                 f"data.val_fraction={val_fraction} must be between 0 and 1 (exclusive)"
             )
+        if val_split not in VAL_SPLITS:
+            raise ConfigError(
+                f"data.val_split '{val_split}' is not one of {', '.join(VAL_SPLITS)} "
+                f"(set data.val_split=...)"
+            )
+        self.val_split = val_split
         self.data_dir, self.source_request = Path(data_dir), source
         self.vocab_size, self.min_frequency, self.lowercase = vocab_size, min_frequency, lowercase
         word_pre_tokenizer(word_split)  # fail on a bad value now, not after loading the data
@@ -231,7 +259,10 @@ class IMDBDataModule(AttnDataModule):
         raw, self.source = resolve(
             "IMDB", self.source_request, self.data_dir / "imdb", load_local, load_hub, load_sample
         )
-        train_idx, val_idx = stratified_split(raw["train"]["label"], self.val_fraction, self.seed)
+        block = VAL_BLOCK if self.val_split == "blocks" else 1
+        train_idx, val_idx = stratified_split(
+            raw["train"]["label"], self.val_fraction, self.seed, block
+        )
         parts = {
             "train": {k: [raw["train"][k][i] for i in train_idx] for k in ("text", "label")},
             "val": {k: [raw["train"][k][i] for i in val_idx] for k in ("text", "label")},
