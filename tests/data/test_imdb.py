@@ -63,6 +63,19 @@ def test_val_split_blocks_and_bad_value(tmp_path):
     assert Counter(dm.splits["val"].labels) == {0: 6, 1: 6}
     with pytest.raises(ConfigError, match="data.val_split"):
         make_dm(tmp_path, val_split="movies")
+    with pytest.raises(ConfigError, match="data.val_from"):
+        make_dm(tmp_path, val_from="dev")
+
+
+def test_val_from_test_trains_on_all_training_reviews(tmp_path, caplog):
+    write_imdb(tmp_path / "data", num_train=60, num_test=40)
+    dm = make_dm(tmp_path, val_fraction=0.5, val_from="test")
+    with caplog.at_level(logging.WARNING):
+        dm.setup("fit")
+    sizes = {s: len(dm.splits[s]) for s in ("train", "val", "test")}
+    assert sizes == {"train": 60, "val": 20, "test": 20}
+    assert Counter(dm.splits["val"].labels) == Counter(dm.splits["test"].labels) == {0: 10, 1: 10}
+    assert "val_from=test" in caplog.text
 
 
 def test_acl_folder_layout(tmp_path):

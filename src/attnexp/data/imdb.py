@@ -10,7 +10,9 @@ label with a fixed seed (local copies are sorted by label); train = the other 22
 official 25,000. `val_split` picks the held-out reviews one by one ("random") or in runs of
 consecutive review ids ("blocks"): aclImdb numbers the reviews of a movie consecutively, so runs keep
 most validation movies out of training, as the official test set keeps all of its movies out.
-Token ids are cached (see `attnexp.data.text`).
+`val_from=test` carves the validation reviews out of the test set instead (the nndl chapter's
+split, with `val_fraction=0.5`: train on all 25,000, validate on half of the test reviews, test on
+the other half). Token ids are cached (see `attnexp.data.text`).
 """
 
 import logging
@@ -45,6 +47,7 @@ log = logging.getLogger(__name__)
 
 HUB_NAME = "stanfordnlp/imdb"
 VAL_SPLITS = ("random", "blocks")
+VAL_SOURCES = ("train", "test")
 VAL_BLOCK = 250  # reviews per held-out run (val_split=blocks); a movie has at most 30 reviews
 SAMPLE_FILE = "imdb_sample.parquet"
 LABELS = ("negative", "positive")
@@ -145,6 +148,10 @@ def stratified_split(
     return sorted(keep), sorted(held)
 
 
+def _subset(split: Split, indices: list[int]) -> Split:
+    return {k: [split[k][i] for i in indices] for k in ("text", "label")}
+
+
 class TokenDataset(torch.utils.data.Dataset):
     def __init__(self, ids: list[list[int]], labels: list[int]) -> None:
         self.ids, self.labels = ids, labels
@@ -175,6 +182,8 @@ class IMDBDataModule(AttnDataModule):
     val_split: "random" (single reviews) or "blocks" (runs of VAL_BLOCK consecutive reviews:
         mostly other movies than the training reviews'; needs the reviews in aclImdb id order, as
         the local parquet and aclImdb copies are).
+    val_from: the split the validation reviews are carved from: "train" (default) or "test" (then
+        all training reviews train, and the test metrics cover the rest of the test set only).
     tokenizer_path: reuse a saved tokenizer (file or run dir) instead of training one.
     cache_dir: token-id cache (null: $ATTNEXP_CACHE or ~/.cache/attnexp).
     """
@@ -195,6 +204,7 @@ class IMDBDataModule(AttnDataModule):
         batch_size: int = 128,
         val_fraction: float = 0.1,
         val_split: str = "random",
+        val_from: str = "train",
         pool_batches: int = 50,
         tokenizer_path: str | None = None,
         cache_dir: str | None = None,
@@ -213,12 +223,15 @@ class IMDBDataModule(AttnDataModule):
             raise ConfigError(
                 f"data.val_fraction={val_fraction} must be between 0 and 1 (exclusive)"
             )
-        if val_split not in VAL_SPLITS:
-            raise ConfigError(
-                f"data.val_split '{val_split}' is not one of {', '.join(VAL_SPLITS)} "
-                f"(set data.val_split=...)"
-            )
-        self.val_split = val_split
+        for key, value, choices in (
+            ("val_split", val_split, VAL_SPLITS),
+            ("val_from", val_from, VAL_SOURCES),
+        ):
+            if value not in choices:
+                raise ConfigError(
+                    f"data.{key} '{value}' is not one of {', '.join(choices)} (set data.{key}=...)"
+                )
+        self.val_split, self.val_from = val_split, val_from
         self.data_dir, self.source_request = Path(data_dir), source
         self.vocab_size, self.min_frequency, self.lowercase = vocab_size, min_frequency, lowercase
         word_pre_tokenizer(word_split)  # fail on a bad value now, not after loading the data
@@ -260,14 +273,22 @@ class IMDBDataModule(AttnDataModule):
             "IMDB", self.source_request, self.data_dir / "imdb", load_local, load_hub, load_sample
         )
         block = VAL_BLOCK if self.val_split == "blocks" else 1
-        train_idx, val_idx = stratified_split(
-            raw["train"]["label"], self.val_fraction, self.seed, block
-        )
+        carved = raw[self.val_from]
+        keep_idx, val_idx = stratified_split(carved["label"], self.val_fraction, self.seed, block)
         parts = {
-            "train": {k: [raw["train"][k][i] for i in train_idx] for k in ("text", "label")},
-            "val": {k: [raw["train"][k][i] for i in val_idx] for k in ("text", "label")},
+            "train": raw["train"],
             "test": raw["test"],
+            self.val_from: _subset(carved, keep_idx),
+            "val": _subset(carved, val_idx),
         }
+        if self.val_from == "test":
+            log.warning(
+                "IMDB: data.val_from=test: validation takes %d of the %d test reviews; the test "
+                "metrics cover the other %d only",
+                len(val_idx),
+                len(carved["label"]),
+                len(keep_idx),
+            )
         if self.tokenizer is None:
             self.tokenizer = self._train_tokenizer(parts["train"]["text"])
         tok_hash = tokenizer_hash(self.tokenizer)
