@@ -10,9 +10,9 @@ label with a fixed seed (local copies are sorted by label); train = the other 22
 official 25,000. `val_split` picks the held-out reviews one by one ("random") or in runs of
 consecutive review ids ("blocks"): aclImdb numbers the reviews of a movie consecutively, so runs keep
 most validation movies out of training, as the official test set keeps all of its movies out.
-`val_from=test` carves the validation reviews out of the test set instead (the nndl chapter's
-split, with `val_fraction=0.5`: train on all 25,000, validate on half of the test reviews, test on
-the other half). Token ids are cached (see `attnexp.data.text`).
+`val_from=test` carves the validation reviews out of the test set instead (with `val_fraction=0.5`,
+the split of a PyTorch port of the nndl chapter's code: train on all 25,000, validate on half of the
+test reviews, test on the other half). Token ids are cached (see `attnexp.data.text`).
 """
 
 import logging
