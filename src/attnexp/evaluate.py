@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from attnexp.build import build, check_data_dir
 from attnexp.checkpoints import load_run
 from attnexp.config import register_resolvers
-from attnexp.errors import ConfigError
+from attnexp.errors import ConfigError, exit_with
 from attnexp.runs import METRICS_FILE, RunRecord
 from attnexp.train import device_name, scalar_metrics
 
@@ -104,7 +104,10 @@ def summary(data: dict, out_dir: Path) -> str:
 def main(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
     out_dir = Path(hydra_cfg.runtime.output_dir)
-    data = evaluate(cfg, out_dir, list(hydra_cfg.overrides.task))
+    try:
+        data = evaluate(cfg, out_dir, list(hydra_cfg.overrides.task))
+    except ConfigError as err:
+        exit_with(err)
     print(summary(data, out_dir))
 
 

@@ -1,7 +1,9 @@
 """Run directories and their machine-readable record, `metrics.json`.
 
-A run dir is never reused by accident: its name carries the start time and a random suffix, and a
-resumed run keeps the earlier record as `metrics.attempt<k>.json` before writing a new one.
+A run dir is never reused by accident: its name carries the start time and a random suffix; a dir
+given by hand (hydra.run.dir=) must not hold a run already; `resume=` continues a run only with the
+settings it was started with, and keeps the earlier record as `metrics.attempt<k>.json` before
+writing a new one.
 """
 
 import json
@@ -16,15 +18,27 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
 
 import attnexp
-from attnexp.errors import ConfigError
+from attnexp.errors import ConfigError, exit_with
 
 log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.json"
 LAST_CKPT = Path("checkpoints") / "last.ckpt"
 RESUME_KEY = "resume"
+NO_RESUME = (None, "", "null", "None")
+# What a resumed run may set differently from its first attempt: how long to train and where
+# things are, not what is trained (a changed model or dataset would not fit the checkpoint).
+RESUME_MAY_CHANGE = (
+    "trainer.max_epochs",
+    "trainer.max_steps",
+    "trainer.enable_progress_bar",
+    "data.num_workers",
+    "paths.",
+)
 
 
 def new_run_name() -> str:
@@ -52,9 +66,12 @@ def find_resumable(runs_root: Path, overrides: list[str]) -> Path | None:
 
 
 def resolve_run_dir(resume: str | None, runs_root: str, overrides: list[str]) -> str:
-    """hydra.run.dir: a fresh dir, or the dir of the run to resume (`resume=<dir>` or `auto`)."""
+    """hydra.run.dir: a fresh dir, or the dir of the run to resume (`resume=<dir>` or `auto`).
+
+    `RunDirGuard` has checked a `resume=<dir>` before this runs.
+    """
     root = Path(runs_root)
-    if resume in (None, "", "null", "None"):
+    if resume in NO_RESUME:
         return str(root / new_run_name())
     if resume == "auto":
         found = find_resumable(root, list(overrides))
@@ -64,18 +81,67 @@ def resolve_run_dir(resume: str | None, runs_root: str, overrides: list[str]) ->
             )
             return str(root / new_run_name())
         return str(found)
+    return str(Path(resume).expanduser().resolve())
+
+
+def _by_key(overrides: list[str]) -> dict[str, str]:
+    return {o.lstrip("+~").split("=", 1)[0]: o for o in _without_resume(overrides)}
+
+
+def check_resume(resume: str, overrides: list[str]) -> None:
+    """`resume=<dir>`: the dir holds a last checkpoint, and this command sets what the run was
+    started with (apart from `RESUME_MAY_CHANGE`)."""
     run_dir = Path(resume).expanduser().resolve()
     if not (run_dir / LAST_CKPT).is_file():
         raise ConfigError(
             f"resume={resume}: no {LAST_CKPT} in {run_dir} (give a run dir with a last checkpoint, "
             f"or resume=auto)"
         )
-    return str(run_dir)
+    saved_file = run_dir / ".hydra" / "overrides.yaml"
+    saved = _by_key(yaml.safe_load(saved_file.read_text()) or []) if saved_file.is_file() else {}
+    given = _by_key(overrides)
+    differ = sorted(
+        key
+        for key in saved.keys() | given.keys()
+        if saved.get(key) != given.get(key) and not key.startswith(RESUME_MAY_CHANGE)
+    )
+    if differ:
+        raise ConfigError(
+            f"resume={resume}: that run was started with other settings (differing: "
+            f"{', '.join(differ)}). A resumed run continues with its own settings; only "
+            f"{', '.join(RESUME_MAY_CHANGE)} may change. To resume it: python -m attnexp "
+            f"{' '.join([*saved.values(), f'resume={resume}'])}"
+        )
 
 
-def hydra_subdir(resume: str | None) -> str:
+def holds_run(run_dir: Path) -> bool:
+    return any((run_dir / name).exists() for name in (METRICS_FILE, "checkpoints"))
+
+
+class RunDirGuard(Callback):
+    """Before Hydra writes anything into the run dir: a `resume=<dir>` must fit that run, and a
+    dir given by hand (hydra.run.dir=) must not hold a run that would be overwritten."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        resume = config.get(RESUME_KEY)
+        try:
+            if resume not in (*NO_RESUME, "auto"):
+                check_resume(str(resume), list(config.hydra.overrides.task))
+            elif any(o.startswith("hydra.run.dir=") for o in config.hydra.overrides.hydra):
+                run_dir = Path(config.hydra.run.dir)
+                if holds_run(run_dir):
+                    raise ConfigError(
+                        f"hydra.run.dir={run_dir} already holds a run, which this one would "
+                        f"overwrite (drop hydra.run.dir= for a new dir, or resume={run_dir} to "
+                        f"continue that run)"
+                    )
+        except ConfigError as err:
+            exit_with(err)
+
+
+def hydra_subdir(run_dir: str) -> str:
     """Where Hydra writes the composed config: a resumed run keeps the original `.hydra/`."""
-    if resume in (None, "", "null", "None"):
+    if not (Path(run_dir) / ".hydra" / "config.yaml").is_file():
         return ".hydra"
     return f".hydra/resume_{datetime.now():%Y-%m-%d_%H-%M-%S}"
 

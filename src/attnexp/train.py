@@ -6,6 +6,7 @@ tb/ (TensorBoard), train.log and metrics.json.
 
 import logging
 import os
+import random
 import signal
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from attnexp.build import build, check_data_dir
 from attnexp.config import register_resolvers
+from attnexp.errors import ConfigError, exit_with
 from attnexp.runs import LAST_CKPT, RunRecord
 from attnexp.sweeps import check_strategy
 from attnexp.tasks.callbacks import EpochHistory
@@ -49,13 +51,24 @@ def device_name(trainer: pl.Trainer) -> str:
     return name
 
 
+def draw_seed(cfg: DictConfig, record: RunRecord) -> None:
+    """seed=null: draw one, and record it, so the run can still be repeated."""
+    # A DDP rank > 0 re-runs the command line: it takes rank 0's draw (seed_everything exported it).
+    inherited = os.environ.get("PL_GLOBAL_SEED") if is_other_rank() else None
+    cfg.seed = int(inherited) if inherited is not None else random.randrange(2**31)
+    record.update(seed=cfg.seed)
+    record.warn(f"seed=null: drew seed={cfg.seed} (give seed={cfg.seed} to repeat this run)")
+
+
 def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str, float]:
-    if cfg.seed is not None:
-        pl.seed_everything(cfg.seed, workers=True)
+    if cfg.seed is None:
+        draw_seed(cfg, record)
+    pl.seed_everything(cfg.seed, workers=True)
     choices = dict(HydraConfig.get().runtime.choices)
+    overrides = list(HydraConfig.get().overrides.task)
     check_strategy(cfg.trainer.get("strategy"), HydraConfig.get().mode == RunMode.MULTIRUN)
-    check_data_dir(cfg.paths.data_dir, list(HydraConfig.get().overrides.task))
-    datamodule, task = build(cfg, choices)
+    check_data_dir(cfg.paths.data_dir, overrides)
+    datamodule, task = build(cfg, choices, overrides=overrides)
     record.update(
         data_source=datamodule.source,
         choices={k: v for k, v in choices.items() if not k.startswith("hydra")},
@@ -74,7 +87,10 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
     record.update(device=device_name(trainer))
 
+    # resume=auto that found no earlier run starts afresh in a new dir, without a checkpoint.
     resume_ckpt = run_dir / LAST_CKPT if cfg.get("resume") else None
+    if resume_ckpt is not None and not resume_ckpt.is_file():
+        resume_ckpt = None
     if resume_ckpt is not None:
         log.info("resuming from %s", resume_ckpt)
     trainer.fit(task, datamodule=datamodule, ckpt_path=resume_ckpt)
@@ -169,8 +185,10 @@ def run(cfg: DictConfig) -> dict[str, float]:
 def main(cfg: DictConfig) -> float | None:
     try:
         metrics = run(cfg)
-    except Exception:
+    except Exception as err:
         if HydraConfig.get().mode != RunMode.MULTIRUN:
+            if isinstance(err, ConfigError):
+                exit_with(err)
             raise
         # One failed job must not end the sweep: it is recorded (status=failed) and counted.
         log.exception("job %s failed; the sweep goes on", HydraConfig.get().job.num)
