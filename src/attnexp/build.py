@@ -2,8 +2,10 @@
 
 import inspect
 import logging
+from importlib import resources
 from pathlib import Path
 
+import yaml
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig
@@ -14,15 +16,49 @@ from attnexp.errors import ConfigError
 log = logging.getLogger(__name__)
 
 
-def check_config(cfg: DictConfig, choices: dict[str, str | None]) -> None:
-    """The model/data/scorer combination makes sense; errors name the keys to change."""
+def scorer_models() -> list[str]:
+    """The model options whose yaml takes a scorer: the ones `scorer=` applies to."""
+    model_dir = resources.files("attnexp.conf") / "model"
+    return sorted(
+        path.name.removesuffix(".yaml")
+        for path in model_dir.iterdir()
+        if path.name.endswith(".yaml") and "scorer" in (yaml.safe_load(path.read_text()) or {})
+    )
+
+
+def given(key: str, overrides: list[str]) -> bool:
+    """Whether the command line set `key` (as key=..., +key=... or ~key)."""
+    return any(o.lstrip("+~").split("=", 1)[0] == key for o in overrides)
+
+
+def check_config(
+    cfg: DictConfig, choices: dict[str, str | None], overrides: list[str] = ()
+) -> None:
+    """The model/data/scorer combination makes sense; errors name the keys to change.
+
+    A scorer that the model's attention mode does not use (bag_attn's `simple` attention) is
+    dropped from `cfg` and `choices`, so the run's record and hparams do not claim it.
+    """
     model_name, data_name = choices.get("model"), choices.get("data")
     if cfg.get("scorer") is not None and "scorer" not in cfg.model:
         raise ConfigError(
             f"model={model_name} has no attention scorer, so scorer={choices.get('scorer')} has no "
-            f"effect (drop scorer=, or pick a model with one: bag_attn, lstm_attn)"
+            f"effect (drop scorer=, or pick a model with one: {', '.join(scorer_models())})"
         )
-    model_kind = getattr(get_class(cfg.model._target_), "input_kind", None)
+    model_cls = get_class(cfg.model._target_)
+    attention = cfg.model.get("attention")
+    if cfg.get("scorer") is not None and attention in getattr(
+        model_cls, "scorer_free_attentions", ()
+    ):
+        if given("scorer", list(overrides)):
+            raise ConfigError(
+                f"model.attention={attention} scores each item on its own, so "
+                f"scorer={choices.get('scorer')} has no effect (drop scorer=, or set "
+                f"model.attention=context)"
+            )
+        cfg.scorer = None
+        choices["scorer"] = None
+    model_kind = getattr(model_cls, "input_kind", None)
     data_kind = getattr(get_class(cfg.data._target_), "input_kind", None)
     if model_kind != data_kind:
         raise ConfigError(
@@ -45,8 +81,7 @@ def instantiate_checked(node: DictConfig, **kwargs):
 def check_data_dir(data_dir: str, overrides: list[str]) -> None:
     """A data dir given on the command line must exist; the default one may be missing (the
     DataModules then fall back to the hub or the embedded sample, with a WARNING)."""
-    given = any(o.lstrip("+~").split("=", 1)[0] == "paths.data_dir" for o in overrides)
-    if given and not Path(data_dir).expanduser().is_dir():
+    if given("paths.data_dir", overrides) and not Path(data_dir).expanduser().is_dir():
         raise ConfigError(
             f"paths.data_dir={data_dir} does not exist (give a folder holding mnist/, imdb/, "
             f"lcqmc/, or drop paths.data_dir= to use the default data/ or the embedded samples)"
@@ -62,13 +97,19 @@ def build_model(model_cfg: DictConfig, datamodule: AttnDataModule):
     return instantiate_checked(model_cfg, **runtime)
 
 
-def build(cfg: DictConfig, choices: dict[str, str | None], artifacts_dir: str | None = None):
+def build(
+    cfg: DictConfig,
+    choices: dict[str, str | None],
+    artifacts_dir: str | None = None,
+    overrides: list[str] = (),
+):
     """Returns (datamodule, task); the DataModule is set up for fit.
 
     artifacts_dir: a finished run's dir whose saved artifacts (e.g. its tokenizer) the DataModule
         reuses instead of rebuilding them (evaluate, predict).
+    overrides: the command line's, to tell options the user set from the models' defaults.
     """
-    check_config(cfg, choices)
+    check_config(cfg, choices, overrides)
     datamodule: AttnDataModule = instantiate_checked(cfg.data)
     if artifacts_dir is not None:
         datamodule.load_artifacts(str(artifacts_dir))

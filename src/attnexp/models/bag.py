@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from attnexp.errors import ConfigError
+from attnexp.errors import ConfigError, require_positive
 from attnexp.modules import AttentionPooling, Scorer, SimpleScorer
 
 BACKBONES = ("mlp", "conv")
@@ -68,6 +68,7 @@ class BagMLP(nn.Module):
         hidden_size: int = 256,
     ) -> None:
         super().__init__()
+        require_positive("model.hidden_size", hidden_size)
         self.max_bag_size = bag_size
         self.net = nn.Sequential(
             nn.Flatten(),
@@ -110,6 +111,7 @@ class BagAttention(nn.Module):
 
     input_kind = "bags"
     max_bag_size = None  # any bag size
+    scorer_free_attentions = ("simple",)  # the runner drops scorer= for these
 
     def __init__(
         self,
@@ -122,6 +124,7 @@ class BagAttention(nn.Module):
         scorer: Callable[..., Scorer] | None = None,
     ) -> None:
         super().__init__()
+        require_positive("model.hidden_size", hidden_size)
         if attention not in ATTENTIONS:
             raise ConfigError(
                 f"attention '{attention}' is not one of {', '.join(ATTENTIONS)} (set model.attention=...)"

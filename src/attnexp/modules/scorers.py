@@ -10,7 +10,7 @@ import math
 import torch
 from torch import nn
 
-from attnexp.errors import ConfigError
+from attnexp.errors import ConfigError, require_positive
 
 
 class Scorer(nn.Module):
@@ -40,7 +40,8 @@ class AdditiveScorer(Scorer):
 
     def __init__(self, key_dim: int, query_dim: int, attn_dim: int | None = None) -> None:
         super().__init__(key_dim, query_dim)
-        attn_dim = attn_dim or key_dim
+        attn_dim = key_dim if attn_dim is None else attn_dim
+        require_positive("scorer.attn_dim", attn_dim)
         self.key_proj = nn.Linear(key_dim, attn_dim, bias=False)
         self.query_proj = nn.Linear(query_dim, attn_dim, bias=True)
         self.v = nn.Linear(attn_dim, 1, bias=False)
@@ -102,7 +103,7 @@ class SimpleScorer(Scorer):
 
     def __init__(self, key_dim: int, query_dim: int = 0, attn_dim: int | None = None) -> None:
         super().__init__(key_dim, query_dim)
-        attn_dim = attn_dim or key_dim
+        attn_dim = key_dim if attn_dim is None else attn_dim
         self.net = nn.Sequential(nn.Linear(key_dim, attn_dim), nn.Tanh(), nn.Linear(attn_dim, 1))
 
     def forward(self, keys: torch.Tensor, query: torch.Tensor | None = None) -> torch.Tensor:
