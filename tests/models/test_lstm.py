@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from attnexp.errors import ConfigError
-from attnexp.models.lstm import LSTMAttention, LSTMEncoder, LSTMMean, LSTMSelfAttention
+from attnexp.models.lstm import LSTMAttention, LSTMMean, LSTMSelfAttention
 from attnexp.modules import AdditiveScorer, DotScorer
 
 V, B, T = 50, 3, 7
@@ -25,31 +25,6 @@ MODELS = {
     "simple": lambda: LSTMSelfAttention(V, 2, attention="simple", embed_dim=8, hidden_size=4),
     "no_lstm": lambda: LSTMSelfAttention(V, 2, heads=2, use_lstm=False, embed_dim=8, max_seq_len=T),
 }
-
-
-def test_packed_equals_unpacked_on_real_positions(batch):
-    ids, mask = batch
-    encoder = LSTMEncoder(V, embed_dim=8, hidden_size=4, num_layers=2).eval()
-    out = encoder(ids, mask)
-    assert out.shape == (B, T, 8)
-    for b in range(B):
-        n = int(mask[b].sum())
-        alone, _ = encoder.lstm(encoder.embedding(ids[b : b + 1, :n]))  # no padding at all
-        torch.testing.assert_close(out[b, :n], alone[0], rtol=1e-5, atol=1e-6)
-        assert (out[b, n:] == 0).all()
-
-
-@pytest.mark.parametrize("num_layers", [1, 2])
-def test_reversed_impl_equals_packed(batch, num_layers):
-    ids, mask = batch
-    encoder = LSTMEncoder(
-        V, embed_dim=8, hidden_size=4, num_layers=num_layers, rnn_impl="packed"
-    ).eval()
-    packed = encoder(ids, mask)
-    encoder.rnn_impl = "reversed"
-    torch.testing.assert_close(encoder(ids, mask), packed, rtol=1e-5, atol=1e-6)
-    with pytest.raises(ConfigError, match="model.rnn_impl"):
-        LSTMEncoder(V, rnn_impl="cudnn")
 
 
 @pytest.mark.parametrize("name", list(MODELS))

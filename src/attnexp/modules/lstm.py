@@ -1,0 +1,126 @@
+"""The token encoder of the BiLSTM text models: embedding -> dropout -> (Bi)LSTM over real tokens.
+
+Shapes: B sequences, T tokens (padded), E embedding size, H hidden size per direction,
+D = 2H (bidirectional) output features per token. `mask` (B, T) is True on real tokens.
+"""
+
+import torch
+from torch import nn
+
+from attnexp.errors import ConfigError, require_positive
+
+
+class LSTMEncoder(nn.Module):
+    """Embedding -> dropout -> (Bi)LSTM that never reads padding -> (B, T, D), zeros on padding.
+
+    A review's features do not depend on how long the other reviews of its batch are. Two ways to
+    get there, same numbers (`rnn_impl`):
+    - "packed": `pack_padded_sequence(enforce_sorted=False)` (cuDNN on GPU).
+    - "reversed": padding sits after each review, so the forward direction runs on the padded batch
+      as is, and the backward direction on each review reversed within its own length, then
+      reversed back. On CPU this is ~20x faster than packing (torch 2.13: the packed backward
+      pass took 100 s vs 4.6 s for a 128 x 200 batch on one core), because the unpacked LSTM runs
+      on oneDNN.
+    - "auto" (default): packed on CUDA, reversed elsewhere.
+    """
+
+    RNN_IMPLS = ("auto", "packed", "reversed")
+    # "normal": torch's N(0, 1); "xavier": Xavier-uniform, Paddle's and Keras' (small) default.
+    EMBED_INITS = ("normal", "xavier")
+
+    def __init__(
+        self,
+        vocab_size: int,
+        embed_dim: int = 128,
+        hidden_size: int = 128,
+        num_layers: int = 1,
+        dropout: float = 0.0,
+        embed_dropout: float = 0.0,
+        bidirectional: bool = True,
+        pad_id: int = 0,
+        rnn_impl: str = "auto",
+        embed_init: str = "normal",
+    ) -> None:
+        super().__init__()
+        for key, value in (
+            ("embed_dim", embed_dim),
+            ("hidden_size", hidden_size),
+            ("num_layers", num_layers),
+        ):
+            require_positive(f"model.{key}", value)
+        if rnn_impl not in self.RNN_IMPLS:
+            raise ConfigError(
+                f"model.rnn_impl '{rnn_impl}' is not one of {', '.join(self.RNN_IMPLS)} (set model.rnn_impl=...)"
+            )
+        if embed_init not in self.EMBED_INITS:
+            raise ConfigError(
+                f"model.embed_init '{embed_init}' is not one of {', '.join(self.EMBED_INITS)} "
+                f"(set model.embed_init=...)"
+            )
+        self.rnn_impl = rnn_impl
+        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
+        if embed_init == "xavier":
+            nn.init.xavier_uniform_(self.embedding.weight)
+            with torch.no_grad():
+                self.embedding.weight[pad_id].zero_()
+        self.embed_dropout = nn.Dropout(embed_dropout)
+        self.lstm = nn.LSTM(
+            embed_dim,
+            hidden_size,
+            num_layers=num_layers,
+            batch_first=True,
+            bidirectional=bidirectional,
+            dropout=dropout if num_layers > 1 else 0.0,
+        )
+        self.output_dim = hidden_size * (2 if bidirectional else 1)
+
+    def forward(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """input_ids (B, T), mask (B, T) -> features (B, T, D)."""
+        embedded = self.embed_dropout(self.embedding(input_ids))  # (B, T, E)
+        # An empty review still needs length >= 1; its output is masked away below.
+        lengths = mask.sum(dim=1).clamp(min=1)
+        impl = self.rnn_impl
+        if impl == "auto":
+            impl = "packed" if embedded.is_cuda else "reversed"
+        out = (
+            self._packed(embedded, lengths)
+            if impl == "packed"
+            else self._reversed(embedded, lengths)
+        )
+        return out * mask.unsqueeze(-1)
+
+    def _packed(self, embedded: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        T = embedded.shape[1]
+        packed = nn.utils.rnn.pack_padded_sequence(
+            embedded, lengths.cpu(), batch_first=True, enforce_sorted=False
+        )
+        out, _ = self.lstm(packed)
+        out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=T)
+        return out  # (B, T, D)
+
+    def _reversed(self, embedded: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        B, T, _ = embedded.shape
+        positions = torch.arange(T, device=embedded.device).expand(B, T)  # (B, T)
+        # Position t of review b <-> position len_b - 1 - t; padding stays where it is.
+        flip = torch.where(
+            positions < lengths[:, None], lengths[:, None] - 1 - positions, positions
+        )
+        lstm, x = self.lstm, embedded
+        for layer in range(lstm.num_layers):
+            directions = [""] + (["_reverse"] if lstm.bidirectional else [])
+            outs = []
+            for suffix in directions:
+                weights = [
+                    getattr(lstm, f"{n}_l{layer}{suffix}")
+                    for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+                ]
+                inp = x if not suffix else x.gather(1, flip[..., None].expand_as(x))
+                zeros = x.new_zeros(1, B, lstm.hidden_size)
+                out = torch.lstm(
+                    inp, (zeros, zeros), weights, True, 1, 0.0, self.training, False, True
+                )[0]
+                outs.append(out if not suffix else out.gather(1, flip[..., None].expand_as(out)))
+            x = torch.cat(outs, dim=-1)  # (B, T, D)
+            if layer < lstm.num_layers - 1 and lstm.dropout > 0:
+                x = nn.functional.dropout(x, lstm.dropout, self.training)
+        return x
