@@ -1,6 +1,8 @@
 # attnexp — `make help` lists the targets.
 PYTHON ?= python3
 TORCH ?= torch==2.13.0
+# e.g. TORCH_INDEX=https://download.pytorch.org/whl/cpu: PyPI's Linux torch is the CUDA build.
+TORCH_INDEX ?=
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
@@ -15,7 +17,8 @@ help:  ## list the targets
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH)"   # first: a plain `torch` pulls GBs of CUDA wheels
+# torch first and pinned, so that installing attnexp finds it there and pulls no other build.
+	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
