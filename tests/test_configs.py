@@ -7,6 +7,7 @@ without a new test. Every dataset gets tiny generated files in one data dir.
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
@@ -117,11 +118,16 @@ def test_every_option_composes_and_builds(tiny_root, override):
     assert sum(p.numel() for p in task.model.parameters()) > 0
 
 
+ON_GPU = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")]
+
+
+@pytest.mark.parametrize("trainer", ["default", pytest.param("gpu", marks=ON_GPU)])  # gpu: bf16
 @pytest.mark.parametrize("model", MODELS)
-def test_every_model_fast_dev_run(tiny_root, tmp_path, model):
+def test_every_model_fast_dev_run(tiny_root, tmp_path, model, trainer):
     cfg = compose_in(
         tiny_root,
         f"model={model}",
+        f"trainer={trainer}",
         "debug=fdr",
         "data.batch_size=8",
         "trainer.enable_progress_bar=false",
@@ -131,3 +137,4 @@ def test_every_model_fast_dev_run(tiny_root, tmp_path, model):
     assert "test/acc" in metrics and 0.0 <= metrics["test/acc"] <= 1.0
     record = yaml.safe_load((tmp_path / "run" / "metrics.json").read_text())
     assert record["status"] == "completed" and record["data_source"] == "local"
+    assert record["device"].startswith("cuda" if trainer == "gpu" else "cpu")
