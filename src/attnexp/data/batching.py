@@ -1,42 +1,45 @@
 """Length-bucketed batching and padding for token sequences (shared by the text DataModules)."""
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import torch
-from torch.utils.data import Sampler
+from torch.utils.data import BatchSampler, Sampler
 
 
-class BucketBatchSampler(Sampler[list[int]]):
+class BucketBatchSampler(BatchSampler):
     """Batches of similar-length examples, so little of each batch is padding.
 
-    Each epoch: shuffle the indices, cut them into pools of `batch_size * pool_batches`, sort each
-    pool by length, cut it into batches, and shuffle the batches. Every index appears exactly once
-    per epoch. Without `shuffle` the order is fixed (sorted within pools), for val/test.
+    Each epoch: take the indices in the order `sampler` yields them, cut them into pools of
+    `batch_size * pool_batches`, sort each pool by length, cut it into batches and, with
+    `shuffle`, shuffle the batches. Every index the sampler yields appears exactly once.
+
+    A `BatchSampler` over an index sampler, as Lightning expects: under DDP it re-creates this
+    class around its `DistributedSampler`, so each rank buckets its own shard.
+
+    Args:
+        sampler: the indices of one epoch, in order (e.g. from `bucket_batch_sampler`).
+        lengths: length of every example of the dataset, by index.
+        shuffle: shuffle the batches, from `seed` and the sampler's epoch (if it has one).
     """
 
     def __init__(
         self,
-        lengths: Sequence[int] | torch.Tensor,
+        sampler: Sampler[int] | Iterable[int],
         batch_size: int,
-        shuffle: bool = True,
+        drop_last: bool = False,
+        *,
+        lengths: Sequence[int] | torch.Tensor,
+        shuffle: bool = False,
         seed: int = 0,
         pool_batches: int = 50,
-        drop_last: bool = False,
     ) -> None:
+        super().__init__(sampler, batch_size, drop_last)
         self.lengths = torch.as_tensor(lengths)
-        self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
+        self.shuffle, self.seed = shuffle, seed
         self.pool_size = batch_size * pool_batches
-        self.drop_last = drop_last
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        """Called by Lightning each epoch: a new, reproducible order."""
-        self.epoch = epoch
 
     def __iter__(self) -> Iterator[list[int]]:
-        generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        n = len(self.lengths)
-        order = torch.randperm(n, generator=generator) if self.shuffle else torch.arange(n)
+        order = torch.tensor(list(self.sampler), dtype=torch.long)
         batches = []
         for pool in order.split(self.pool_size):
             pool = pool[torch.argsort(self.lengths[pool], stable=True)]
@@ -46,14 +49,59 @@ class BucketBatchSampler(Sampler[list[int]]):
                 if not self.drop_last or len(b) == self.batch_size
             ]
         if self.shuffle:
+            generator = torch.Generator().manual_seed(self.seed + getattr(self.sampler, "epoch", 0))
+            # Skip the permutation of the whole dataset that this generator drew for the index
+            # order before that order moved into `sampler` (EpochShuffle draws the same one):
+            # epoch 0's batches stay those of the runs recorded in docs/RESULTS.md.
+            torch.randperm(len(self.lengths), generator=generator)
             batches = [batches[i] for i in torch.randperm(len(batches), generator=generator)]
         return iter([b.tolist() for b in batches])
 
     def __len__(self) -> int:
-        n = len(self.lengths)
+        pools = torch.arange(len(self.sampler)).split(self.pool_size)
         if self.drop_last:
-            return sum(len(p) // self.batch_size for p in torch.arange(n).split(self.pool_size))
-        return sum(-(-len(p) // self.batch_size) for p in torch.arange(n).split(self.pool_size))
+            return sum(len(p) // self.batch_size for p in pools)
+        return sum(-(-len(p) // self.batch_size) for p in pools)
+
+
+class EpochShuffle(Sampler[int]):
+    """0..n-1 in a new order each epoch, drawn from (seed, epoch): Lightning calls `set_epoch`
+    on `batch_sampler.sampler` (not on the batch sampler itself)."""
+
+    def __init__(self, n: int, seed: int = 0) -> None:
+        self.n, self.seed, self.epoch = n, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(torch.randperm(self.n, generator=generator).tolist())
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def bucket_batch_sampler(
+    lengths: Sequence[int] | torch.Tensor,
+    batch_size: int,
+    shuffle: bool,
+    seed: int = 0,
+    pool_batches: int = 50,
+    drop_last: bool = False,
+) -> BucketBatchSampler:
+    """The single-process batch sampler of the text DataModules (DDP swaps in its own `sampler`):
+    shuffled anew each epoch, or in index order for val/test."""
+    order = EpochShuffle(len(lengths), seed) if shuffle else range(len(lengths))
+    return BucketBatchSampler(
+        order,
+        batch_size,
+        drop_last,
+        lengths=lengths,
+        shuffle=shuffle,
+        seed=seed,
+        pool_batches=pool_batches,
+    )
 
 
 def pad_sequences(

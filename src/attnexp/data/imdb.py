@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from torch.utils.data import DataLoader
 
 from attnexp.data.base import AttnDataModule
-from attnexp.data.batching import BucketBatchSampler, pad_sequences
+from attnexp.data.batching import bucket_batch_sampler, pad_sequences
 from attnexp.data.sources import resolve, sample_path
 from attnexp.data.text import (
     PAD_ID,
@@ -330,12 +330,8 @@ class IMDBDataModule(AttnDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         data = self.splits[split]
         lengths = [max(1, len(x)) for x in data.ids]
-        sampler = BucketBatchSampler(
-            lengths,
-            self.batch_size,
-            shuffle=shuffle,
-            seed=self.seed,
-            pool_batches=self.pool_batches,
+        sampler = bucket_batch_sampler(
+            lengths, self.batch_size, shuffle, self.seed, self.pool_batches
         )
         return DataLoader(
             data,

@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from torch.utils.data import DataLoader, Dataset
 
 from attnexp.data.base import AttnDataModule
-from attnexp.data.batching import BucketBatchSampler, pad_sequences
+from attnexp.data.batching import bucket_batch_sampler, pad_sequences
 from attnexp.data.chinese import PairTokenizer
 from attnexp.data.sources import hub_offline, resolve
 from attnexp.errors import ConfigError
@@ -335,11 +335,8 @@ class LCQMCDataModule(AttnDataModule):
     # ---------------------------------------------------------------- loaders
     def _loader(self, split: str, train: bool) -> DataLoader:
         dataset = self.datasets[split]
-        sampler = BucketBatchSampler(
-            dataset.lengths,
-            self.batch_size if train else self.eval_batch_size,
-            shuffle=train,
-            seed=self.seed,
+        sampler = bucket_batch_sampler(
+            dataset.lengths, self.batch_size if train else self.eval_batch_size, train, self.seed
         )
         pad_id = self.tokenizer.pad_id
         return DataLoader(
