@@ -1,22 +1,35 @@
 """trainer=ddp_cpu: 2 gloo processes per job, one run dir and one metrics.json per job; data split by rank."""
 
 import json
-from types import SimpleNamespace
+from collections import Counter
 
+import pytest
 import torch
 from cli_helpers import TINY, run_cli
+from imdb_data import write_imdb
+from lcqmc_data import write_lcqmc
+from lightning_fabric.utilities.data import _replace_dunder_methods
 from pytorch_lightning.trainer.connectors.data_connector import _get_distributed_sampler
 from pytorch_lightning.trainer.states import RunningStage
 from pytorch_lightning.utilities.data import _update_dataloader
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
 from attnexp.data.bag_mnist import BagMNISTDataModule
+from attnexp.data.batching import BucketBatchSampler
+from attnexp.data.imdb import IMDBDataModule
+from attnexp.data.lcqmc import LCQMCDataModule
 
 
 def rank_loaders(make_loader, stage: RunningStage, shuffle: bool):
-    """The loader each of 2 ranks gets after Lightning injects its distributed sampler."""
+    """The loader each of 2 ranks gets after Lightning injects its distributed sampler.
+
+    Made as the Trainer makes it (`_request_dataloader`): inside the context that records the
+    init arguments of loaders and batch samplers, which Lightning needs to re-create them.
+    """
     loaders = []
     for rank in (0, 1):
-        loader = make_loader(rank)
+        with _replace_dunder_methods(DataLoader, "dataset"), _replace_dunder_methods(BatchSampler):
+            loader = make_loader()
         sampler = _get_distributed_sampler(
             loader, shuffle=shuffle, overfit_batches=0, mode=stage, num_replicas=2, rank=rank
         )
@@ -24,7 +37,7 @@ def rank_loaders(make_loader, stage: RunningStage, shuffle: bool):
     return loaders
 
 
-def datamodule(tmp_path, rank: int) -> BagMNISTDataModule:
+def bag_datamodule(tmp_path) -> BagMNISTDataModule:
     dm = BagMNISTDataModule(
         str(tmp_path),
         source="sample",
@@ -34,31 +47,69 @@ def datamodule(tmp_path, rank: int) -> BagMNISTDataModule:
         eval_bag_sizes=[2],
         eval_variable_max=0,
     )
-    dm.trainer = SimpleNamespace(global_rank=rank)
     dm.setup("fit")
     return dm
 
 
 def test_ranks_get_disjoint_eval_batches_and_different_train_bags(tmp_path):
-    val = rank_loaders(
-        lambda r: datamodule(tmp_path, r).val_dataloader(), RunningStage.VALIDATING, False
-    )
+    dm = bag_datamodule(tmp_path)
+    val = rank_loaders(dm.val_dataloader, RunningStage.VALIDATING, False)
     batches = [[b["labels"] for b in loader] for loader in val]
     # 40 bags in 5 batches of 8: rank 0 gets batches 0, 2, 4; rank 1 gets 1, 3 and (padding) 0 again
     assert [len(b) for b in batches] == [3, 3]
-    single = [b["labels"] for b in datamodule(tmp_path, 0).val_dataloader()]
+    single = [b["labels"] for b in dm.val_dataloader()]
     assert [t.tolist() for t in batches[0]] == [single[i].tolist() for i in (0, 2, 4)]
     assert [t.tolist() for t in batches[1]] == [single[i].tolist() for i in (1, 3, 0)]
 
-    train = rank_loaders(
-        lambda r: datamodule(tmp_path, r).train_dataloader(), RunningStage.TRAINING, True
-    )
-    first = [next(iter(loader)) for loader in train]
+    train = rank_loaders(dm.train_dataloader, RunningStage.TRAINING, True)
     assert len(train[0]) == len(train[1]) == 3  # same number of steps on every rank (no DDP hang)
-    assert not torch.equal(first[0]["items"], first[1]["items"])  # each rank draws its own bags
-    # rank 0 keeps the single-process stream: same seed, same bags as a run on one device
-    solo = next(iter(datamodule(tmp_path, 0).train_dataloader()))
-    assert torch.equal(first[0]["items"], solo["items"])
+    # both ranks draw the single-process epoch's 5 batches and share them out (one repeated)
+    single = [b["items"] for b in dm.train_dataloader()]
+    ranks = [[b["items"] for b in loader] for loader in train]
+    position = [
+        [next(i for i, s in enumerate(single) if torch.equal(b, s)) for b in r] for r in ranks
+    ]
+    assert sorted(position[0] + position[1])[:5] == [0, 1, 2, 3, 4]
+
+
+def text_datamodules(tmp_path):
+    write_imdb(tmp_path / "data", num_train=41, num_test=10)
+    write_lcqmc(tmp_path / "data", {"dev": 45, "test": 10})
+    common = {"batch_size": 4, "cache_dir": str(tmp_path / "cache"), "seed": 3}
+    imdb = IMDBDataModule(
+        str(tmp_path / "data"), vocab_size=200, min_frequency=1, pool_batches=2, **common
+    )
+    lcqmc = LCQMCDataModule(str(tmp_path / "data"), train_split="dev", eval_batch_size=4, **common)
+    return {"imdb": imdb, "lcqmc": lcqmc}
+
+
+@pytest.mark.parametrize("name", ["imdb", "lcqmc"])
+@pytest.mark.parametrize(
+    "stage", [RunningStage.TRAINING, RunningStage.VALIDATING], ids=["train", "val"]
+)
+def test_text_loaders_bucket_each_ranks_shard(tmp_path, name, stage):
+    dm = text_datamodules(tmp_path)[name]
+    dm.setup("fit")
+    training = stage == RunningStage.TRAINING
+    make = dm.train_dataloader if training else dm.val_dataloader
+    n = len(make().dataset)
+    lengths = make().batch_sampler.lengths
+    loaders = rank_loaders(make, stage, shuffle=training)
+    ranks = []
+    for loader in loaders:
+        assert type(loader.batch_sampler) is BucketBatchSampler
+        assert isinstance(loader.batch_sampler.sampler, DistributedSampler)
+        batches = list(loader.batch_sampler)
+        assert all(lengths[b].tolist() == sorted(lengths[b].tolist()) for b in batches)
+        assert sum(len(batch["labels"]) for batch in loader) == sum(len(b) for b in batches)
+        ranks.append([i for b in batches for i in b])
+    assert len(loaders[0]) == len(loaders[1])  # same number of steps on every rank (no DDP hang)
+    # together the ranks see every example once, plus DistributedSampler's padding to even
+    padding = n % 2
+    counts = Counter(ranks[0] + ranks[1])
+    assert set(counts) == set(range(n)) and sum(counts.values()) == n + padding
+    assert len(ranks[0]) == len(ranks[1]) == (n + padding) // 2
+    assert len(set(ranks[0]) & set(ranks[1])) <= padding
 
 
 def test_ddp_cpu_multirun_one_run_dir_per_job(tmp_path):
@@ -94,3 +145,34 @@ def test_ddp_cpu_multirun_one_run_dir_per_job(tmp_path):
         assert record["history"][0]["val/acc"] == metrics["val/acc"]
         assert len(list((job / "checkpoints").glob("*.ckpt"))) == 2  # best and last, once
         assert len(list(job.rglob("hparams.yaml"))) == 1
+
+
+@pytest.mark.slow  # about a minute on 2 busy cores: the spawned processes start slowly
+def test_ddp_cpu_imdb_run(tmp_path):
+    """Two gloo processes train the LSTM on tiny IMDB-style data, each on its own shard."""
+    write_imdb(tmp_path / "data", num_train=64, num_test=32)
+    result = run_cli(
+        tmp_path,
+        "model=lstm_attn",
+        "scorer=dot",
+        "data.source=local",
+        f"data.cache_dir={tmp_path}/cache",
+        "model.embed_dim=8",
+        "model.hidden_size=8",
+        "data.max_seq_len=32",
+        "data.batch_size=16",
+        "trainer=ddp_cpu",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=2",
+        "trainer.limit_val_batches=1",
+        "trainer.limit_test_batches=1",
+        "trainer.enable_progress_bar=false",
+        "callbacks.attention_figures=null",
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    (record_path,) = (tmp_path / "outputs" / "runs").glob("*/metrics.json")
+    record = json.loads(record_path.read_text())
+    assert record["status"] == "completed", record.get("error")
+    assert record["device"] == "cpu x2" and record["data_source"] == "local"
+    assert 0 <= record["metrics"]["test/acc"] <= 1

@@ -1,8 +1,11 @@
 import pytest
+import pytorch_lightning as pl
 import torch
+from lightning_fabric.utilities.data import _set_sampler_epoch
 from mnist_data import write_mnist
 
 from attnexp.data.bag_mnist import BagMNISTDataModule
+from attnexp.data.bags import sample_bags
 from attnexp.errors import ConfigError
 
 
@@ -23,11 +26,18 @@ def first(loader):
     return next(iter(loader))
 
 
+def train_batches(dm, epoch: int) -> list[dict]:
+    """One epoch of the training loader, with the epoch set as Lightning's fit loop sets it."""
+    loader = dm.train_dataloader()
+    _set_sampler_epoch(loader, epoch)
+    return list(loader)
+
+
 def test_splits_loaders_and_eval_sets(data_dir):
     dm = make(data_dir, eval_bag_sizes=[1, 5], eval_variable_max=4)
     assert dm.source == "local"
     assert len(dm.splits["train"][0]) == 180 and len(dm.splits["val"][0]) == 20
-    assert len(dm.train_dataloader().dataset) == 180  # one training bag per training image
+    assert dm.train_dataloader().sampler.num_bags == 180  # one training bag per training image
     assert dm.test_set_names == ["bag1", "bag5", "variable"]
     tests = dm.test_dataloader()
     assert [first(t)["items"].shape[1] for t in tests] == [3, 1, 5, 4]
@@ -43,8 +53,7 @@ def test_val_and_test_bags_fixed_per_seed_train_bags_resampled(data_dir):
         first(a.test_dataloader()[0])["labels"], first(b.test_dataloader()[0])["labels"]
     )
     assert torch.equal(first(a.val_dataloader())["items"], first(a.val_dataloader())["items"])
-    train = a.train_dataloader()
-    assert not torch.equal(first(train)["items"], first(train)["items"])
+    assert not torch.equal(train_batches(a, 0)[0]["items"], train_batches(a, 1)[0]["items"])
     c = make(data_dir, seed=1)
     assert not torch.equal(first(a.val_dataloader())["items"], first(c.val_dataloader())["items"])
 
@@ -65,8 +74,8 @@ def test_adapt_to_a_model_with_a_size_limit(data_dir):
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({"bag_size": 0}, r"data.bag_size=0 must be >= 1"),
-        ({"batch_size": 0}, r"data.batch_size=0 must be >= 1"),
+        ({"bag_size": 0}, r"data.bag_size=0 must be a positive integer"),
+        ({"batch_size": 0}, r"data.batch_size=0 must be a positive integer"),
         (
             {"variable": True, "bag_size": 2, "min_bag_size": 3},
             "min_bag_size=3 is larger than data.bag_size=2",
@@ -78,3 +87,89 @@ def test_adapt_to_a_model_with_a_size_limit(data_dir):
 def test_invalid_settings(tmp_path, kwargs, match):
     with pytest.raises(ConfigError, match=match):
         BagMNISTDataModule(str(tmp_path), **kwargs)
+
+
+def test_first_epoch_bags_are_the_recorded_stream(data_dir):
+    """The recorded runs (num_workers=0) trained epoch 0 on consecutive draws from seed * 1000."""
+    dm = make(data_dir, seed=2, num_train_bags=24)
+    generator = torch.Generator().manual_seed(2000)
+    for batch in train_batches(dm, 0):
+        index, mask = sample_bags(8, len(dm.splits["train"][0]), 3, 3, generator)
+        assert torch.equal(batch["items"], dm.splits["train"][0][index])
+        assert torch.equal(batch["mask"], mask)
+
+
+def test_workers_draw_different_bags(data_dir):
+    # every worker used to copy one generator, so consecutive batches came in identical pairs
+    dm = make(data_dir, num_train_bags=32, num_workers=2)
+    items = [b["items"] for b in train_batches(dm, 0)]
+    assert len(items) == 4
+    assert all(not torch.equal(a, b) for i, a in enumerate(items) for b in items[i + 1 :])
+    # the draws do not depend on the number of workers
+    solo = train_batches(make(data_dir, num_train_bags=32), 0)
+    assert all(torch.equal(a, b["items"]) for a, b in zip(items, solo, strict=True))
+
+
+def test_epoch_bags_depend_on_seed_and_epoch_only(data_dir):
+    """A resumed run draws epoch k's bags as the uninterrupted run did."""
+    uninterrupted = make(data_dir, num_train_bags=16)
+    epochs = [[b["items"] for b in train_batches(uninterrupted, e)] for e in range(3)]
+    assert not torch.equal(epochs[0][0], epochs[1][0])  # a new draw every epoch
+    resumed = [b["items"] for b in train_batches(make(data_dir, num_train_bags=16), 2)]
+    assert all(torch.equal(a, b) for a, b in zip(resumed, epochs[2], strict=True))
+
+
+class RecordBags(pl.LightningModule):
+    """Records each epoch's training bags; trains one parameter so checkpoints have something."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(()))
+        self.seen: dict[int, list[torch.Tensor]] = {}
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        self.seen.setdefault(self.current_epoch, []).append(batch["items"].clone())
+        return self.weight * batch["items"].float().mean()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def fit(dm, max_epochs: int, root, ckpt_path=None) -> RecordBags:
+    module = RecordBags()
+    trainer = pl.Trainer(
+        max_epochs=max_epochs,
+        limit_val_batches=0,
+        default_root_dir=root,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
+    return module
+
+
+def test_resumed_trainer_continues_the_bag_stream(data_dir, tmp_path):
+    uninterrupted = fit(make(data_dir, num_train_bags=16), 2, tmp_path / "a")
+    fit(make(data_dir, num_train_bags=16), 1, tmp_path / "b")
+    (ckpt,) = (tmp_path / "b").rglob("*.ckpt")
+    resumed = fit(make(data_dir, num_train_bags=16), 2, tmp_path / "c", ckpt_path=ckpt)
+    assert list(resumed.seen) == [1]
+    assert all(
+        torch.equal(a, b) for a, b in zip(resumed.seen[1], uninterrupted.seen[1], strict=True)
+    )
+    assert not torch.equal(uninterrupted.seen[0][0], uninterrupted.seen[1][0])
+
+
+def test_training_drops_a_last_batch_that_batchnorm_cannot_train_on(data_dir):
+    dm = make(data_dir, num_train_bags=9, num_eval_bags=9)  # batch_size 8
+    norm = torch.nn.BatchNorm1d(4).train()
+    for batch in train_batches(dm, 0):
+        norm(torch.randn(len(batch["labels"]), 4))  # a batch of 1 bag raises here
+    assert [len(b["labels"]) for b in train_batches(dm, 0)] == [8]
+    assert [len(b["labels"]) for b in dm.val_dataloader()] == [8, 1]  # evaluation keeps every bag
+    assert [len(b["labels"]) for b in dm.test_dataloader()[0]] == [8, 1]
+    with pytest.raises(
+        ConfigError, match=r"7 training bags make no full batch of data.batch_size=8"
+    ):
+        make(data_dir, num_train_bags=7).train_dataloader()

@@ -1,7 +1,14 @@
 import pytest
 import torch
 
-from attnexp.data.bags import BagDataset, bag_labels, sample_bags
+from attnexp.data.bags import (
+    BagPool,
+    FixedBags,
+    RandomBags,
+    bag_labels,
+    epoch_seed,
+    sample_bags,
+)
 from attnexp.errors import ConfigError
 
 LABELS = torch.tensor([3, 7, 1, 8, 2, 5])
@@ -33,35 +40,47 @@ def test_sample_bags_sizes_and_padding():
     assert (index[~mask] == 0).all()
 
 
-def make(resample, seed=0, min_size=3, max_size=3):
-    images = torch.arange(6, dtype=torch.uint8)[:, None, None].expand(6, 2, 2).contiguous()
-    return BagDataset(
-        images, LABELS, 10, min_size, max_size, "largest", seed=seed, resample=resample
-    )
+IMAGES = torch.arange(6, dtype=torch.uint8)[:, None, None].expand(6, 2, 2).contiguous()
+
+
+def fixed(seed=0, min_size=3, max_size=3, batch_size=10):
+    return FixedBags(6, 10, min_size, max_size, batch_size, seed)
+
+
+def batches(bags):
+    return [BagPool(IMAGES, LABELS, "largest")[b] for b in bags]
 
 
 def test_fixed_bags_are_fixed_per_seed():
-    a, b = make(False), make(False)
-    assert all(
-        torch.equal(a[list(range(10))][k], b[list(range(10))][k])
-        for k in ("items", "mask", "labels")
-    )
-    assert torch.equal(a[[1, 2]]["items"], a[[1, 2]]["items"])
-    assert not torch.equal(
-        make(False, seed=1)[list(range(10))]["items"], a[list(range(10))]["items"]
-    )
+    a, b = batches(fixed()), batches(fixed())
+    assert all(torch.equal(a[0][k], b[0][k]) for k in ("items", "mask", "labels"))
+    assert torch.equal(batches(fixed())[0]["items"], a[0]["items"])
+    assert not torch.equal(batches(fixed(seed=1))[0]["items"], a[0]["items"])
+    # every bag, in order; the last batch is smaller
+    assert [len(x["labels"]) for x in batches(fixed(batch_size=4))] == [4, 4, 2]
+    assert torch.equal(torch.cat([x["items"] for x in batches(fixed(batch_size=4))]), a[0]["items"])
 
 
-def test_training_bags_are_resampled_reproducibly():
-    a, b = make(True), make(True)
-    first, second = a[list(range(10))], a[list(range(10))]
-    assert not torch.equal(first["items"], second["items"])
-    assert torch.equal(b[list(range(10))]["items"], first["items"])  # same seed, same sequence
+def test_training_bags_are_full_batches_drawn_per_epoch():
+    bags = RandomBags(6, 10, 3, 3, 4, seed=0)
+    first = batches(bags)
+    assert [len(x["labels"]) for x in first] == [4, 4] == [4] * len(bags)
+    assert torch.equal(batches(bags)[1]["items"], first[1]["items"])  # a function of the epoch
+    bags.set_epoch(1)
+    assert not torch.equal(batches(bags)[0]["items"], first[0]["items"])
+    other = RandomBags(6, 10, 3, 3, 4, seed=0)
+    other.set_epoch(1)
+    assert torch.equal(batches(other)[0]["items"], batches(bags)[0]["items"])
+
+
+def test_epoch_seed():
+    assert epoch_seed(7, 0) == 7  # epoch 0 keeps the recorded stream
+    seeds = {epoch_seed(s, e) for s in range(3) for e in range(1, 4)}
+    assert len(seeds) == 9 and not seeds & {0, 1, 2}
 
 
 def test_batch_contents_match_labels_and_mask():
-    data = make(False, min_size=1, max_size=4)
-    batch = data[list(range(10))]
+    (batch,) = batches(fixed(min_size=1, max_size=4))
     assert batch["items"].shape == (10, 4, 2, 2) and batch["items"].dtype == torch.uint8
     assert batch["mask"].dtype == torch.bool
     for items, mask, label in zip(batch["items"], batch["mask"], batch["labels"], strict=True):
@@ -69,8 +88,9 @@ def test_batch_contents_match_labels_and_mask():
         assert int(label) == int(digits.max())
 
 
-def test_invalid_sizes():
+@pytest.mark.parametrize("sampler", [FixedBags, RandomBags])
+def test_invalid_sizes(sampler):
     with pytest.raises(ConfigError, match="1 <= min <= max, got min=4, max=3"):
-        make(False, min_size=4, max_size=3)
+        sampler(6, 10, 4, 3, 2, 0)
     with pytest.raises(ConfigError, match="got min=0"):
-        make(False, min_size=0, max_size=3)
+        sampler(6, 10, 0, 3, 2, 0)

@@ -60,7 +60,7 @@ def test_custom_and_torch_have_the_same_parameter_count():
 def test_matcher_errors():
     with pytest.raises(ConfigError, match="impl 'keras' is not one of custom, torch"):
         TransformerMatcher(**SMALL, impl="keras")
-    with pytest.raises(ConfigError, match="model.depth=0 must be >= 1"):
+    with pytest.raises(ConfigError, match="model.depth=0 must be a positive integer"):
         TransformerMatcher(**SMALL, depth=0)
 
 

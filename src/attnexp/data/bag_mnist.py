@@ -5,12 +5,12 @@ from pathlib import Path
 
 import torch
 from matplotlib.figure import Figure
-from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler
+from torch.utils.data import DataLoader
 
-from attnexp.data.bags import BagDataset, check_rule
+from attnexp.data.bags import BagPool, FixedBags, RandomBags, check_rule
 from attnexp.data.base import AttnDataModule
 from attnexp.data.mnist import load_mnist
-from attnexp.errors import ConfigError
+from attnexp.errors import ConfigError, require_positive
 
 log = logging.getLogger(__name__)
 
@@ -18,14 +18,11 @@ MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 NUM_CLASSES = 10
 
 
-def batched_loader(
-    dataset: BagDataset, batch_size: int, shuffle: bool, num_workers: int
-) -> DataLoader:
-    """The dataset builds whole batches itself, so the loader hands it lists of positions."""
-    sampler = RandomSampler(dataset) if shuffle else SequentialSampler(dataset)
+def bag_loader(pool: BagPool, bags: FixedBags | RandomBags, num_workers: int) -> DataLoader:
+    """The sampler yields whole batches of bags (no collation), the pool gathers their images."""
     return DataLoader(
-        dataset,
-        sampler=BatchSampler(sampler, batch_size, drop_last=False),
+        pool,
+        sampler=bags,
         batch_size=None,
         num_workers=num_workers,
         persistent_workers=num_workers > 0,
@@ -43,7 +40,7 @@ class BagMNISTDataModule(AttnDataModule):
     eval_bag_sizes: extra fixed-size test sets, logged as test/acc_bag{n}.
     eval_variable_max: extra test set of bags of 1..n items, logged as test/acc_variable (0: none).
     num_train_bags: bags per training epoch (null: one per training image, as in the book, so
-        10 epochs match its 10 epochs).
+        10 epochs match its 10 epochs), in whole batches: the incomplete last batch is dropped.
     num_eval_bags: bags per val/test set (null: pool size // mean bag size).
     """
 
@@ -67,13 +64,21 @@ class BagMNISTDataModule(AttnDataModule):
         num_workers: int = 0,
     ) -> None:
         super().__init__()
-        for key, value in (
-            ("bag_size", bag_size),
-            ("min_bag_size", min_bag_size),
-            ("batch_size", batch_size),
-        ):
-            if value < 1:
-                raise ConfigError(f"data.{key}={value} must be >= 1 (set data.{key}=...)")
+        sizes = {"bag_size": bag_size, "min_bag_size": min_bag_size, "batch_size": batch_size}
+        sizes |= {"num_train_bags": num_train_bags, "num_eval_bags": num_eval_bags}
+        for key, value in sizes.items():
+            if value is not None:  # the bag counts: null means the default
+                require_positive(f"data.{key}", value)
+        if any(int(n) < 1 for n in eval_bag_sizes):
+            raise ConfigError(
+                f"data.eval_bag_sizes={list(eval_bag_sizes)}: every test bag size must be >= 1 "
+                f"(set data.eval_bag_sizes=[...])"
+            )
+        if eval_variable_max < 0:
+            raise ConfigError(
+                f"data.eval_variable_max={eval_variable_max} must be >= 0 (0: no variable-size "
+                f"test set; set data.eval_variable_max=...)"
+            )
         if variable and min_bag_size > bag_size:
             raise ConfigError(
                 f"data.min_bag_size={min_bag_size} is larger than data.bag_size={bag_size}"
@@ -153,51 +158,48 @@ class BagMNISTDataModule(AttnDataModule):
             len(splits["test"][0]),
         )
 
-    def _bags(
-        self, split: str, min_size: int, max_size: int, seed_offset: int, resample: bool = False
-    ) -> BagDataset:
+    def _fixed_bags(
+        self, split: str, min_size: int, max_size: int, seed_offset: int, batch_size: int
+    ) -> tuple[BagPool, FixedBags]:
         images, labels = self.splits[split]
-        if resample:
-            num_bags = self.num_train_bags if self.num_train_bags is not None else len(images)
-        else:
-            default = len(images) // max(1, (min_size + max_size) // 2)
-            num_bags = self.num_eval_bags if self.num_eval_bags is not None else default
-        return BagDataset(
-            images,
-            labels,
-            num_bags,
-            min_size,
-            max_size,
-            self.label_rule,
-            seed=self.seed * 1000 + seed_offset,
-            resample=resample,
+        default = len(images) // max(1, (min_size + max_size) // 2)
+        num_bags = self.num_eval_bags if self.num_eval_bags is not None else default
+        bags = FixedBags(
+            len(images), num_bags, min_size, max_size, batch_size, self.seed * 1000 + seed_offset
         )
+        return BagPool(images, labels, self.label_rule), bags
+
+    def _eval_loader(
+        self, split: str, min_size: int, max_size: int, seed_offset: int
+    ) -> DataLoader:
+        pool, bags = self._fixed_bags(split, min_size, max_size, seed_offset, self.batch_size)
+        return bag_loader(pool, bags, self.num_workers)
 
     def train_dataloader(self) -> DataLoader:
+        images, labels = self.splits["train"]
+        num_bags = self.num_train_bags if self.num_train_bags is not None else len(images)
+        if num_bags < self.batch_size:
+            raise ConfigError(
+                f"{num_bags} training bags make no full batch of data.batch_size={self.batch_size} "
+                "(training drops incomplete batches; set data.batch_size or data.num_train_bags)"
+            )
         min_size = self.min_bag_size if self.variable else self.bag_size
-        # Training bags are drawn from the dataset's own generator, whatever positions the
-        # sampler hands out: under DDP each rank needs its own stream, or all ranks would train on
-        # the same bags. Rank 0 keeps the single-process stream (same seed, same numbers).
-        rank = self.trainer.global_rank if self.trainer is not None else 0
-        data = self._bags(
-            "train", min_size, self.bag_size, 0 if rank == 0 else 500 + rank, resample=True
+        # Every DDP rank draws the same batches from the same seed; Lightning's sampler wrapper
+        # then hands each rank its own share of them.
+        bags = RandomBags(
+            len(images), num_bags, min_size, self.bag_size, self.batch_size, self.seed * 1000
         )
-        return batched_loader(data, self.batch_size, True, self.num_workers)
+        return bag_loader(BagPool(images, labels, self.label_rule), bags, self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
-        return batched_loader(
-            self._bags("val", self.bag_size, self.bag_size, 1),
-            self.batch_size,
-            False,
-            self.num_workers,
-        )
+        return self._eval_loader("val", self.bag_size, self.bag_size, 1)
 
     def test_dataloader(self) -> list[DataLoader]:
-        sets = [self._bags("test", self.bag_size, self.bag_size, 2)]
-        sets += [self._bags("test", n, n, 100 + n) for n in self.eval_bag_sizes]
+        sets = [self._eval_loader("test", self.bag_size, self.bag_size, 2)]
+        sets += [self._eval_loader("test", n, n, 100 + n) for n in self.eval_bag_sizes]
         if self.eval_variable_max > 0:
-            sets.append(self._bags("test", 1, self.eval_variable_max, 3))
-        return [batched_loader(s, self.batch_size, False, self.num_workers) for s in sets]
+            sets.append(self._eval_loader("test", 1, self.eval_variable_max, 3))
+        return sets
 
     def on_after_batch_transfer(self, batch: dict, dataloader_idx: int) -> dict:
         """uint8 (B, T, S, S) -> normalised float (B, T, 1, S, S), padded slots zero; on the device."""
@@ -206,10 +208,9 @@ class BagMNISTDataModule(AttnDataModule):
         return {**batch, "items": items.unsqueeze(2)}
 
     def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor]:
-        data = self._bags(
-            "val", self.min_bag_size if self.variable else self.bag_size, self.bag_size, 7
-        )
-        return self.on_after_batch_transfer(data[list(range(min(num_examples, len(data))))], 0)
+        min_size = self.min_bag_size if self.variable else self.bag_size
+        pool, bags = self._fixed_bags("val", min_size, self.bag_size, 7, num_examples)
+        return self.on_after_batch_transfer(pool[next(iter(bags))], 0)
 
     def attention_figure(self, batch: dict, logits: torch.Tensor, attention) -> Figure:
         from attnexp.viz.bags import plot_bag_attention

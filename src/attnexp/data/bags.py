@@ -1,19 +1,27 @@
 """Bags of items drawn from a labelled pool, built by tensor indexing (no per-item Python).
 
-Shapes: M bags, T slots per bag (padded to the largest bag), N pool items.
+The samplers below draw the bags, a batch at a time, and the DataLoader hands each batch of bags
+to `BagPool`, which gathers the images. So the randomness lives in the main process: DataLoader
+workers only gather, and cannot each replay one copied generator.
+
+Shapes: M bags, B bags per batch, T slots per bag (padded to the largest bag), N pool items.
 """
 
+from collections.abc import Iterator
+
+import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Sampler
 
 from attnexp.errors import ConfigError
 
 LABEL_RULES = ("largest", "parity")
+Bags = tuple[torch.Tensor, torch.Tensor]  # item indices (B, T), mask (B, T)
 
 
 def sample_bags(
     num_bags: int, pool_size: int, min_size: int, max_size: int, generator: torch.Generator
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> Bags:
     """Random bags: item indices (M, T) and mask (M, T); padded slots point at item 0."""
     index = torch.randint(0, pool_size, (num_bags, max_size), generator=generator)
     sizes = torch.randint(min_size, max_size + 1, (num_bags,), generator=generator)
@@ -44,57 +52,101 @@ def check_rule(rule: str) -> None:
         )
 
 
-class BagDataset(Dataset):
-    """Bags over a uint8 image pool. Indexed with a list of bag positions, it returns a whole batch.
+def check_sizes(min_size: int, max_size: int) -> None:
+    if not 1 <= min_size <= max_size:
+        raise ConfigError(
+            f"bag sizes must satisfy 1 <= min <= max, got min={min_size}, max={max_size} (set data.bag_size / data.min_bag_size)"
+        )
 
-    With `resample=True` (training) each call draws fresh bags from the dataset's own generator,
-    so every epoch sees new bags, reproducibly for a seed; otherwise the bags are fixed at init.
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The seed of one epoch's training bags: a function of (seed, epoch) only, so a resumed run
+    draws epoch k as the uninterrupted run did. Epoch 0 keeps `seed` itself: the stream of the
+    runs recorded before per-epoch seeds."""
+    if epoch == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, epoch]).generate_state(1, np.uint64)[0])
+
+
+class BagPool(Dataset):
+    """A labelled uint8 image pool (N, S, S), read a batch of bags at a time.
+
+    Indexed with bags (index (B, T), mask (B, T)) as the samplers below yield them, it returns
+    items (B, T, S, S) uint8, mask (B, T) and labels (B,).
+    """
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, rule: str) -> None:
+        check_rule(rule)
+        self.images, self.labels, self.rule = images, labels, rule
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, bags: Bags) -> dict[str, torch.Tensor]:
+        index, mask = bags
+        return {
+            "items": self.images[index],
+            "mask": mask,
+            "labels": bag_labels(self.labels, index, mask, self.rule),
+        }
+
+
+class FixedBags(Sampler[Bags]):
+    """Validation/test bags: drawn once from `seed`, the same every epoch, in order; the last
+    batch may be smaller, so every bag is evaluated."""
+
+    def __init__(
+        self,
+        pool_size: int,
+        num_bags: int,
+        min_size: int,
+        max_size: int,
+        batch_size: int,
+        seed: int,
+    ) -> None:
+        check_sizes(min_size, max_size)
+        generator = torch.Generator().manual_seed(seed)
+        self.index, self.mask = sample_bags(num_bags, pool_size, min_size, max_size, generator)
+        self.batch_size = batch_size
+
+    def __len__(self) -> int:
+        return -(-len(self.index) // self.batch_size)
+
+    def __iter__(self) -> Iterator[Bags]:
+        return zip(self.index.split(self.batch_size), self.mask.split(self.batch_size), strict=True)
+
+
+class RandomBags(Sampler[Bags]):
+    """Training bags: `num_bags // batch_size` full batches of fresh bags every epoch.
+
+    Full batches only: a last batch of one bag would break BatchNorm in train mode. Lightning
+    calls `set_epoch` before each epoch (under DDP through its sampler wrapper, which then gives
+    each rank its share of the epoch's batches).
     """
 
     def __init__(
         self,
-        images: torch.Tensor,
-        labels: torch.Tensor,
+        pool_size: int,
         num_bags: int,
         min_size: int,
         max_size: int,
-        rule: str,
+        batch_size: int,
         seed: int,
-        resample: bool = False,
     ) -> None:
-        if not 1 <= min_size <= max_size:
-            raise ConfigError(
-                f"bag sizes must satisfy 1 <= min <= max, got min={min_size}, max={max_size} (set data.bag_size / data.min_bag_size)"
-            )
-        check_rule(rule)
-        self.images, self.labels = images, labels
-        self.num_bags, self.min_size, self.max_size = num_bags, min_size, max_size
-        self.rule, self.resample = rule, resample
-        self.generator = torch.Generator().manual_seed(seed)
-        if not resample:
-            self.index, self.mask = sample_bags(
-                num_bags, len(images), min_size, max_size, self.generator
-            )
-            self.bag_labels = bag_labels(labels, self.index, self.mask, rule)
+        check_sizes(min_size, max_size)
+        self.pool_size, self.num_bags, self.batch_size = pool_size, num_bags, batch_size
+        self.min_size, self.max_size, self.seed = min_size, max_size, seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
 
     def __len__(self) -> int:
-        return self.num_bags
+        return self.num_bags // self.batch_size
 
-    def __getitem__(self, positions: list[int]) -> dict[str, torch.Tensor]:
-        if self.resample:
-            index, mask = sample_bags(
-                len(positions), len(self.images), self.min_size, self.max_size, self.generator
+    def __iter__(self) -> Iterator[Bags]:
+        generator = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch))
+        for _ in range(len(self)):
+            yield sample_bags(
+                self.batch_size, self.pool_size, self.min_size, self.max_size, generator
             )
-            labels = bag_labels(self.labels, index, mask, self.rule)
-        else:
-            positions = torch.as_tensor(positions)
-            index, mask, labels = (
-                self.index[positions],
-                self.mask[positions],
-                self.bag_labels[positions],
-            )
-        return {
-            "items": self.images[index],
-            "mask": mask,
-            "labels": labels,
-        }  # items (B, T, S, S) uint8

@@ -41,7 +41,7 @@ from attnexp.data.text import (
     truncate,
     word_pre_tokenizer,
 )
-from attnexp.errors import ConfigError
+from attnexp.errors import ConfigError, require_positive
 
 log = logging.getLogger(__name__)
 
@@ -217,8 +217,7 @@ class IMDBDataModule(AttnDataModule):
             ("batch_size", batch_size),
             ("pool_batches", pool_batches),
         ):
-            if value < 1:
-                raise ConfigError(f"data.{key}={value} must be >= 1 (set data.{key}=...)")
+            require_positive(f"data.{key}", value)
         if not 0.0 < val_fraction < 1.0:
             raise ConfigError(
                 f"data.val_fraction={val_fraction} must be between 0 and 1 (exclusive)"

@@ -25,7 +25,7 @@ from attnexp.data.base import AttnDataModule
 from attnexp.data.batching import bucket_batch_sampler, pad_sequences
 from attnexp.data.chinese import PairTokenizer
 from attnexp.data.sources import hub_offline, resolve
-from attnexp.errors import ConfigError
+from attnexp.errors import ConfigError, require_positive
 
 log = logging.getLogger(__name__)
 
@@ -153,8 +153,7 @@ class LCQMCDataModule(AttnDataModule):
             ("eval_batch_size", eval_batch_size),
             ("min_frequency", min_frequency),
         ):
-            if value < 1:
-                raise ConfigError(f"data.{key}={value} must be >= 1 (set data.{key}=...)")
+            require_positive(f"data.{key}", value)
         if max_seq_len < 3:
             raise ConfigError(
                 f"data.max_seq_len={max_seq_len} leaves no room for [CLS] a [SEP] b [SEP] (set >= 3)"

@@ -8,7 +8,7 @@ Shapes: B pairs, T tokens, H hidden size, nh heads.
 import torch
 from torch import nn
 
-from attnexp.errors import ConfigError
+from attnexp.errors import ConfigError, require_positive
 from attnexp.modules.embeddings import PairEmbeddings
 from attnexp.modules.transformer import TorchEncoderBlock, TransformerEncoderBlock
 
@@ -73,8 +73,7 @@ class TransformerMatcher(nn.Module):
             ("ffn_size", ffn_size),
             ("heads", heads),
         ):
-            if value < 1:
-                raise ConfigError(f"model.{key}={value} must be >= 1 (set model.{key}=...)")
+            require_positive(f"model.{key}", value)
         self.embeddings = PairEmbeddings(
             vocab_size, hidden_size, max_seq_len, position, 2, dropout, pad_id
         )
