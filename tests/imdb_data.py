@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import torch
 
 POSITIVE = ["great", "wonderful", "superb", "loved", "brilliant", "moving"]
 NEGATIVE = ["awful", "boring", "terrible", "hated", "dull", "waste"]
@@ -64,3 +65,12 @@ TINY_MODEL = (
     "trainer.enable_progress_bar=false",
     "trainer.accelerator=cpu",
 )
+
+
+def token_batch(vocab_size: int, lengths: tuple[int, ...] = (7, 4, 1)):
+    """Random token ids (B, T) padded with 0 after each sequence's length, and the mask (B, T)."""
+    torch.manual_seed(0)
+    lengths = torch.tensor(lengths)
+    mask = torch.arange(int(lengths.max()))[None, :] < lengths[:, None]
+    ids = torch.randint(2, vocab_size, mask.shape).masked_fill(~mask, 0)
+    return ids, mask

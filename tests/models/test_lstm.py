@@ -1,5 +1,6 @@
 import pytest
 import torch
+from imdb_data import token_batch
 
 from attnexp.errors import ConfigError
 from attnexp.models.lstm import LSTMAttention, LSTMMean, LSTMSelfAttention
@@ -10,11 +11,7 @@ V, B, T = 50, 3, 7
 
 @pytest.fixture
 def batch():
-    torch.manual_seed(0)
-    lengths = torch.tensor([7, 4, 1])
-    mask = torch.arange(T)[None, :] < lengths[:, None]
-    ids = torch.randint(2, V, (B, T)).masked_fill(~mask, 0)
-    return ids, mask
+    return token_batch(V)  # lengths 7, 4, 1
 
 
 MODELS = {

@@ -91,38 +91,8 @@ class BagPool(Dataset):
         }
 
 
-class FixedBags(Sampler[Bags]):
-    """Validation/test bags: drawn once from `seed`, the same every epoch, in order; the last
-    batch may be smaller, so every bag is evaluated."""
-
-    def __init__(
-        self,
-        pool_size: int,
-        num_bags: int,
-        min_size: int,
-        max_size: int,
-        batch_size: int,
-        seed: int,
-    ) -> None:
-        check_sizes(min_size, max_size)
-        generator = torch.Generator().manual_seed(seed)
-        self.index, self.mask = sample_bags(num_bags, pool_size, min_size, max_size, generator)
-        self.batch_size = batch_size
-
-    def __len__(self) -> int:
-        return -(-len(self.index) // self.batch_size)
-
-    def __iter__(self) -> Iterator[Bags]:
-        return zip(self.index.split(self.batch_size), self.mask.split(self.batch_size), strict=True)
-
-
-class RandomBags(Sampler[Bags]):
-    """Training bags: `num_bags // batch_size` full batches of fresh bags every epoch.
-
-    Full batches only: a last batch of one bag would break BatchNorm in train mode. Lightning
-    calls `set_epoch` before each epoch (under DDP through its sampler wrapper, which then gives
-    each rank its share of the epoch's batches).
-    """
+class _BagSampler(Sampler[Bags]):
+    """Yields batches of `batch_size` bags of `min_size`..`max_size` items from a pool."""
 
     def __init__(
         self,
@@ -136,7 +106,35 @@ class RandomBags(Sampler[Bags]):
         check_sizes(min_size, max_size)
         self.pool_size, self.num_bags, self.batch_size = pool_size, num_bags, batch_size
         self.min_size, self.max_size, self.seed = min_size, max_size, seed
-        self.epoch = 0
+
+    def draw(self, num_bags: int, generator: torch.Generator) -> Bags:
+        return sample_bags(num_bags, self.pool_size, self.min_size, self.max_size, generator)
+
+
+class FixedBags(_BagSampler):
+    """Validation/test bags: drawn once from `seed`, the same every epoch, in order; the last
+    batch may be smaller, so every bag is evaluated."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.index, self.mask = self.draw(self.num_bags, torch.Generator().manual_seed(self.seed))
+
+    def __len__(self) -> int:
+        return -(-self.num_bags // self.batch_size)
+
+    def __iter__(self) -> Iterator[Bags]:
+        return zip(self.index.split(self.batch_size), self.mask.split(self.batch_size), strict=True)
+
+
+class RandomBags(_BagSampler):
+    """Training bags: `num_bags // batch_size` full batches of fresh bags every epoch.
+
+    Full batches only: a last batch of one bag would break BatchNorm in train mode. Lightning
+    calls `set_epoch` before each epoch (under DDP through its sampler wrapper, which then gives
+    each rank its share of the epoch's batches).
+    """
+
+    epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -147,6 +145,4 @@ class RandomBags(Sampler[Bags]):
     def __iter__(self) -> Iterator[Bags]:
         generator = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch))
         for _ in range(len(self)):
-            yield sample_bags(
-                self.batch_size, self.pool_size, self.min_size, self.max_size, generator
-            )
+            yield self.draw(self.batch_size, generator)
