@@ -3,6 +3,7 @@ import torch
 from torch.utils.data import DistributedSampler
 
 from attnexp.data.batching import BucketBatchSampler, bucket_batch_sampler, pad_sequences
+from attnexp.errors import ConfigError
 
 LENGTHS = [5, 1, 9, 3, 3, 7, 2, 8, 4, 6, 10, 1, 2]
 
@@ -67,3 +68,15 @@ def test_pad_sequences():
     assert ids.dtype == torch.long and mask.dtype == torch.bool
     ids, mask = pad_sequences([[], []], pad_id=1)
     assert ids.shape == (2, 1) and not mask.any()
+
+
+def test_repeat_keeps_epoch_0_order():
+    """epoch_order=repeat: the order the runs recorded before reshuffling trained on."""
+    sampler = bucket_batch_sampler(LENGTHS, 3, True, seed=1, pool_batches=2, epoch_order="repeat")
+    epoch0 = list(sampler)
+    assert not hasattr(sampler.sampler, "set_epoch")  # Lightning has nothing to move on
+    assert epoch0 == [[3, 0, 7], [4], [5, 2, 10], [1, 8, 9], [11, 6, 12]] == list(sampler)
+    with pytest.raises(
+        ConfigError, match=r"data.epoch_order 'once' is not one of reshuffle, repeat"
+    ):
+        bucket_batch_sampler(LENGTHS, 3, True, epoch_order="once")

@@ -5,6 +5,8 @@ from collections.abc import Iterable, Iterator, Sequence
 import torch
 from torch.utils.data import BatchSampler, Sampler
 
+from attnexp.errors import ConfigError
+
 
 class BucketBatchSampler(BatchSampler):
     """Batches of similar-length examples, so little of each batch is padding.
@@ -82,6 +84,17 @@ class EpochShuffle(Sampler[int]):
         return self.n
 
 
+EPOCH_ORDERS = ("reshuffle", "repeat")
+
+
+def check_epoch_order(epoch_order: str) -> None:
+    if epoch_order not in EPOCH_ORDERS:
+        raise ConfigError(
+            f"data.epoch_order '{epoch_order}' is not one of {', '.join(EPOCH_ORDERS)} "
+            f"(set data.epoch_order=...)"
+        )
+
+
 def bucket_batch_sampler(
     lengths: Sequence[int] | torch.Tensor,
     batch_size: int,
@@ -89,10 +102,20 @@ def bucket_batch_sampler(
     seed: int = 0,
     pool_batches: int = 50,
     drop_last: bool = False,
+    epoch_order: str = "reshuffle",
 ) -> BucketBatchSampler:
-    """The single-process batch sampler of the text DataModules (DDP swaps in its own `sampler`):
-    shuffled anew each epoch, or in index order for val/test."""
-    order = EpochShuffle(len(lengths), seed) if shuffle else range(len(lengths))
+    """The single-process batch sampler of the text DataModules (DDP swaps in its own `sampler`).
+
+    shuffle: training batches, in a new order each epoch ("reshuffle"), or in epoch 0's order
+        every epoch ("repeat": what the IMDB/LCQMC runs recorded before 2026-11-22 05:00 did,
+        kept so that their commands still reproduce them); otherwise index order, for val/test.
+    """
+    check_epoch_order(epoch_order)
+    order = range(len(lengths))
+    if shuffle:
+        order = EpochShuffle(len(lengths), seed)
+        if epoch_order == "repeat":
+            order = list(order)  # a list has no set_epoch: Lightning cannot move it on
     return BucketBatchSampler(
         order,
         batch_size,

@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from torch.utils.data import DataLoader
 
 from attnexp.data.base import AttnDataModule
-from attnexp.data.batching import bucket_batch_sampler, pad_sequences
+from attnexp.data.batching import bucket_batch_sampler, check_epoch_order, pad_sequences
 from attnexp.data.sources import resolve, sample_path
 from attnexp.data.text import (
     PAD_ID,
@@ -178,6 +178,8 @@ class IMDBDataModule(AttnDataModule):
     max_seq_len / truncation: reviews are cut to max_seq_len tokens, the first ones ("head") or
         the first and last halves ("head_tail").
     batch_size: reviews per batch; batches are length-bucketed (`pool_batches` batches per pool).
+    epoch_order: "reshuffle" (new training batches each epoch) or "repeat" (epoch 0's batches
+        every epoch, as the runs recorded before this option did).
     val_fraction: share of the training reviews held out (stratified) for validation.
     val_split: "random" (single reviews) or "blocks" (runs of VAL_BLOCK consecutive reviews:
         mostly other movies than the training reviews'; needs the reviews in aclImdb id order, as
@@ -206,6 +208,7 @@ class IMDBDataModule(AttnDataModule):
         val_split: str = "random",
         val_from: str = "train",
         pool_batches: int = 50,
+        epoch_order: str = "reshuffle",
         tokenizer_path: str | None = None,
         cache_dir: str | None = None,
         seed: int = 0,
@@ -230,7 +233,8 @@ class IMDBDataModule(AttnDataModule):
                 raise ConfigError(
                     f"data.{key} '{value}' is not one of {', '.join(choices)} (set data.{key}=...)"
                 )
-        self.val_split, self.val_from = val_split, val_from
+        check_epoch_order(epoch_order)
+        self.val_split, self.val_from, self.epoch_order = val_split, val_from, epoch_order
         self.data_dir, self.source_request = Path(data_dir), source
         self.vocab_size, self.min_frequency, self.lowercase = vocab_size, min_frequency, lowercase
         word_pre_tokenizer(word_split)  # fail on a bad value now, not after loading the data
@@ -330,8 +334,9 @@ class IMDBDataModule(AttnDataModule):
         data = self.splits[split]
         lengths = [max(1, len(x)) for x in data.ids]
         sampler = bucket_batch_sampler(
-            lengths, self.batch_size, shuffle, self.seed, self.pool_batches
-        )
+            lengths, self.batch_size, shuffle, self.seed, self.pool_batches,
+            epoch_order=self.epoch_order,
+        )  # fmt: skip
         return DataLoader(
             data,
             batch_sampler=sampler,

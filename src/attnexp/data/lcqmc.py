@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from torch.utils.data import DataLoader, Dataset
 
 from attnexp.data.base import AttnDataModule
-from attnexp.data.batching import bucket_batch_sampler, pad_sequences
+from attnexp.data.batching import bucket_batch_sampler, check_epoch_order, pad_sequences
 from attnexp.data.chinese import PairTokenizer
 from attnexp.data.sources import hub_offline, resolve
 from attnexp.errors import ConfigError, require_positive
@@ -110,6 +110,8 @@ class LCQMCDataModule(AttnDataModule):
         val_fraction / split_seed: the dev share held out for validation under train_split=dev.
         max_seq_len: tokens per encoded pair, [CLS] and both [SEP] included (longest-first truncation).
         batch_size / eval_batch_size: pairs per batch (length-bucketed).
+        epoch_order: "reshuffle" (new training batches each epoch) or "repeat" (epoch 0's batches
+            every epoch, as the runs recorded before this option did).
         vocab_file: a BERT-style vocab.txt; null builds the vocabulary from the training split.
         min_frequency: a training token must occur this often to get its own id (else [UNK]).
         cache_dir: where encoded splits are cached, keyed by a hash of vocabulary + data (null: off).
@@ -132,10 +134,12 @@ class LCQMCDataModule(AttnDataModule):
         min_frequency: int = 1,
         cache_dir: str | None = None,
         tokenizer_file: str | None = None,
+        epoch_order: str = "reshuffle",
         seed: int = 0,
         num_workers: int = 0,
     ) -> None:
         super().__init__()
+        check_epoch_order(epoch_order)
         if train_split not in TRAIN_SPLITS:
             raise ConfigError(
                 f"data.train_split '{train_split}' is not one of {', '.join(TRAIN_SPLITS)} (set data.train_split=...)"
@@ -167,7 +171,7 @@ class LCQMCDataModule(AttnDataModule):
             tokenizer_file,
         )
         self.cache_dir = Path(cache_dir) if cache_dir else None
-        self.seed, self.num_workers = seed, num_workers
+        self.seed, self.num_workers, self.epoch_order = seed, num_workers, epoch_order
         self.tokenizer: PairTokenizer | None = None
         self.datasets: dict[str, PairDataset] | None = None
         self.texts: dict[str, Pairs] = {}
@@ -334,8 +338,9 @@ class LCQMCDataModule(AttnDataModule):
     # ---------------------------------------------------------------- loaders
     def _loader(self, split: str, train: bool) -> DataLoader:
         dataset = self.datasets[split]
+        batch_size = self.batch_size if train else self.eval_batch_size
         sampler = bucket_batch_sampler(
-            dataset.lengths, self.batch_size if train else self.eval_batch_size, train, self.seed
+            dataset.lengths, batch_size, train, self.seed, epoch_order=self.epoch_order
         )
         pad_id = self.tokenizer.pad_id
         return DataLoader(
