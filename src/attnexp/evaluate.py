@@ -15,7 +15,7 @@ import pytorch_lightning as pl
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from attnexp.build import build, check_data_dir
+from attnexp.build import build, check_data_dir, given
 from attnexp.checkpoints import load_run
 from attnexp.config import register_resolvers
 from attnexp.errors import ConfigError, exit_with
@@ -29,7 +29,7 @@ register_resolvers()
 def run_overrides(cfg: DictConfig, cli_overrides: list[str]) -> list[str]:
     """Overrides for the run's config: an explicit paths.data_dir=, then `overrides=[...]`."""
     extra = []
-    if any(o.lstrip("+~").split("=", 1)[0] == "paths.data_dir" for o in cli_overrides):
+    if given("paths.data_dir", cli_overrides):
         check_data_dir(cfg.paths.data_dir, cli_overrides)
         extra.append(f"paths.data_dir={cfg.paths.data_dir}")
     return extra + [str(o) for o in cfg.overrides]
