@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 
 from attnexp.data.base import AttnDataModule
 from attnexp.errors import ConfigError
+from attnexp.runs import override_key
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,7 @@ def scorer_models() -> list[str]:
 
 def given(key: str, overrides: list[str]) -> bool:
     """Whether the command line set `key` (as key=..., +key=... or ~key)."""
-    return any(o.lstrip("+~").split("=", 1)[0] == key for o in overrides)
+    return any(override_key(o) == key for o in overrides)
 
 
 def check_config(

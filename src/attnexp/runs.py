@@ -46,8 +46,13 @@ def new_run_name() -> str:
     return f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{uuid.uuid4().hex[:6]}"
 
 
+def override_key(override: str) -> str:
+    """ "+model.hidden_size=16" -> "model.hidden_size"."""
+    return override.lstrip("+~").split("=", 1)[0]
+
+
 def _without_resume(overrides: list[str]) -> list[str]:
-    return sorted(o for o in overrides if not o.lstrip("+~").startswith(f"{RESUME_KEY}="))
+    return sorted(o for o in overrides if override_key(o) != RESUME_KEY)
 
 
 def find_resumable(runs_root: Path, overrides: list[str]) -> Path | None:
@@ -85,7 +90,7 @@ def resolve_run_dir(resume: str | None, runs_root: str, overrides: list[str]) ->
 
 
 def _by_key(overrides: list[str]) -> dict[str, str]:
-    return {o.lstrip("+~").split("=", 1)[0]: o for o in _without_resume(overrides)}
+    return {override_key(o): o for o in _without_resume(overrides)}
 
 
 def check_resume(resume: str, overrides: list[str]) -> None:
