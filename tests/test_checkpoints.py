@@ -1,10 +1,20 @@
 import json
 
 import pytest
+import torch
 import yaml
 from omegaconf import OmegaConf
 
-from attnexp.checkpoints import apply_overrides, find_checkpoint, load_choices, load_run
+from attnexp.checkpoints import (
+    apply_overrides,
+    find_checkpoint,
+    given_ckpt_path,
+    load_choices,
+    load_run,
+    load_weights,
+    read_weights,
+    run_dir_of,
+)
 from attnexp.errors import ConfigError
 
 
@@ -45,6 +55,34 @@ def test_run_dir_without_best_falls_back_to_last(run_dir):
     (run_dir / "checkpoints" / "last.ckpt").unlink()
     with pytest.raises(ConfigError, match="no checkpoint"):
         find_checkpoint(run_dir)
+
+
+def test_a_missing_best_checkpoint_or_record_is_an_error_not_a_fallback(run_dir):
+    (run_dir / "checkpoints" / "best.ckpt").unlink()
+    with pytest.raises(ConfigError, match=r"best checkpoint checkpoints/best.ckpt .* is missing"):
+        find_checkpoint(run_dir)  # not silently the last checkpoint
+    (run_dir / "metrics.json").write_text('{"best_ckpt": ')
+    with pytest.raises(ConfigError, match=r"metrics.json cannot be read"):
+        find_checkpoint(run_dir)
+
+
+def test_the_run_dir_is_the_folder_holding_the_run(run_dir):
+    (run_dir / "checkpoints" / ".hydra").mkdir()  # what a later command might have written
+    (run_dir / "checkpoints" / ".hydra" / "config.yaml").write_text("seed: 1\n")
+    assert run_dir_of(run_dir / "checkpoints" / "best.ckpt") == run_dir
+
+
+def test_checkpoint_weights_must_be_readable_and_fit(tmp_path):
+    model = torch.nn.Linear(4, 2)
+    torch.save({"state_dict": model.state_dict()}, tmp_path / "ok.ckpt")
+    load_weights(torch.nn.Linear(4, 2), tmp_path / "ok.ckpt")
+    with pytest.raises(ConfigError, match=r"does not fit .*size mismatch for weight.*drop it"):
+        load_weights(torch.nn.Linear(8, 2), tmp_path / "ok.ckpt")
+    (tmp_path / "bad.ckpt").write_text("{}")
+    with pytest.raises(ConfigError, match="not a readable Lightning checkpoint"):
+        read_weights(tmp_path / "bad.ckpt")
+    with pytest.raises(ConfigError, match="ckpt_path is missing"):
+        given_ckpt_path(OmegaConf.create({"ckpt_path": "???"}))
 
 
 def test_overrides_must_name_existing_keys():

@@ -8,10 +8,12 @@ from cli_helpers import TINY, run_cli
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from imdb_data import train_in_process
 from mnist_data import FILES, write_mnist
+from omegaconf import OmegaConf
 
 from attnexp.build import build, check_data_dir
 from attnexp.checkpoints import load_run
 from attnexp.errors import ConfigError
+from attnexp.evaluate import check_same_data, run_overrides
 from attnexp.runs import check_resume, resolve_run_dir
 
 
@@ -93,6 +95,25 @@ def test_evaluate_errors(tmp_path):
     (tmp_path / "stray.ckpt").write_bytes(b"")
     with pytest.raises(ConfigError, match="no run config"):
         load_run(tmp_path / "stray.ckpt")
+    result = run_cli(tmp_path, module="attnexp.evaluate")
+    assert result.returncode == 2 and "error: ckpt_path is missing" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_evaluate_tests_on_the_runs_kind_of_data(tmp_path):
+    on_the_line = OmegaConf.create({"paths": {"data_dir": "/nowhere"}, "overrides": []})
+    inside = OmegaConf.create(
+        {"paths": {"data_dir": str(tmp_path)}, "overrides": ["paths.data_dir=/nowhere"]}
+    )
+    for cfg, cli in ((on_the_line, ["paths.data_dir=/nowhere"]), (inside, [])):
+        with pytest.raises(ConfigError, match="paths.data_dir=/nowhere does not exist"):
+            run_overrides(cfg, cli)
+    cfg = inside
+    record = {"data_source": "local"}
+    with pytest.raises(ConfigError, match=r"tested on local data, this evaluation found sample"):
+        check_same_data("sample", record, cfg, [])  # e.g. the run's data dir has gone
+    check_same_data("sample", record, cfg, ["data.source=sample"])  # asked for on purpose
+    check_same_data("local", record, cfg, [])
 
 
 def test_resume_auto_then_a_run_dir(finished_run):
@@ -145,6 +166,16 @@ def test_a_finished_run_is_never_overwritten(finished_run):
     assert "Traceback" not in resumed.stderr
     by_hand = run_cli(tmp, *other, f"hydra.run.dir={run_dir}")  # a new run into its dir
     assert by_hand.returncode == 2 and "already holds a run" in by_hand.stderr
+    inside = run_cli(tmp, *other, f"hydra.run.dir={run_dir}/checkpoints")
+    assert inside.returncode == 2 and f"lies inside the run {run_dir}" in inside.stderr
+    evaluation = run_cli(
+        tmp,
+        f"ckpt_path={run_dir}",
+        f"hydra.run.dir={run_dir}/checkpoints",
+        module="attnexp.evaluate",
+    )
+    assert evaluation.returncode == 2 and "lies inside the run" in evaluation.stderr
+    assert "resume=" not in evaluation.stderr  # evaluate has no resume
     assert snapshot(run_dir) == before
 
 

@@ -19,12 +19,32 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from attnexp.errors import ConfigError
-from attnexp.runs import LAST_CKPT, METRICS_FILE
+from attnexp.runs import LAST_CKPT, METRICS_FILE, RUN_CONFIG, holds_run
 
 log = logging.getLogger(__name__)
 
-CONFIG_FILE = Path(".hydra") / "config.yaml"
+CONFIG_FILE = RUN_CONFIG
 HYDRA_FILE = Path(".hydra") / "hydra.yaml"
+
+
+def given_ckpt_path(cfg: DictConfig) -> str:
+    """`ckpt_path=` of an evaluate or predict command, which has no default."""
+    if OmegaConf.is_missing(cfg, "ckpt_path"):
+        raise ConfigError("ckpt_path is missing: give ckpt_path=<a run dir or a .ckpt file>")
+    return str(cfg.ckpt_path)
+
+
+def read_record(run_dir: str | Path) -> dict:
+    """The run's metrics.json ({} when it has none)."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ConfigError(
+            f"{path} cannot be read ({err}); give ckpt_path=<a .ckpt file in {path.parent / 'checkpoints'}>"
+        ) from err
 
 
 def find_checkpoint(path: str | Path) -> Path:
@@ -34,11 +54,14 @@ def find_checkpoint(path: str | Path) -> Path:
         return path.resolve()
     if not path.is_dir():
         raise ConfigError(f"ckpt_path={path} does not exist (give a .ckpt file or a run dir)")
-    record = path / METRICS_FILE
-    best = json.loads(record.read_text()).get("best_ckpt") if record.is_file() else None
-    for candidate in [path / best] if best else []:
-        if candidate.is_file():
-            return candidate.resolve()
+    best = read_record(path).get("best_ckpt")
+    if best:
+        if (path / best).is_file():
+            return (path / best).resolve()
+        raise ConfigError(
+            f"ckpt_path={path}: its best checkpoint {best} (recorded in {METRICS_FILE}) is missing "
+            f"(give ckpt_path={path / LAST_CKPT} to use the last one instead)"
+        )
     if (path / LAST_CKPT).is_file():
         log.warning("%s: no best checkpoint recorded; using %s", path, LAST_CKPT)
         return (path / LAST_CKPT).resolve()
@@ -48,10 +71,11 @@ def find_checkpoint(path: str | Path) -> Path:
 
 
 def run_dir_of(ckpt: str | Path) -> Path:
-    """<run_dir>/checkpoints/<name>.ckpt -> <run_dir>, checked to hold the run's config."""
+    """<run_dir>/checkpoints/<name>.ckpt -> <run_dir>: the nearest parent with the run's config and
+    its record or checkpoints (not a folder some later command wrote a config into)."""
     ckpt = Path(ckpt).resolve()
     for parent in ckpt.parents:
-        if (parent / CONFIG_FILE).is_file():
+        if (parent / CONFIG_FILE).is_file() and holds_run(parent):
             return parent
     raise ConfigError(
         f"ckpt_path={ckpt}: no run config ({CONFIG_FILE}) next to it or above it; the checkpoint "
@@ -123,10 +147,23 @@ def load_run(
     return cfg, load_choices(run_dir), run_dir, ckpt
 
 
-def load_weights(task: torch.nn.Module, ckpt: str | Path) -> None:
-    """Load a Lightning checkpoint's weights into a built task (strict: the shapes must match)."""
+def read_weights(ckpt: str | Path) -> dict:
+    """A Lightning checkpoint's state dict, read without running any of its code."""
     try:
-        state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
+        return torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
     except (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as err:
         raise ConfigError(f"{ckpt} is not a readable Lightning checkpoint ({err})") from err
-    task.load_state_dict(state)
+
+
+def load_weights(task: torch.nn.Module, ckpt: str | Path, state: dict | None = None) -> None:
+    """Load a checkpoint's weights (or its `state`, read already) into a built task; the shapes must
+    match the model the run's config (and any overrides) built."""
+    try:
+        task.load_state_dict(read_weights(ckpt) if state is None else state)
+    except RuntimeError as err:
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        raise ConfigError(
+            f"{ckpt} does not fit the model built from the run's config ({'; '.join(lines[1:3])}): "
+            f"an override changed the model's shape (a model.* size, data.max_seq_len or the "
+            f"vocabulary); drop it"
+        ) from err

@@ -5,7 +5,6 @@ and `overrides=["key=value", ...]`), the checkpoint is tested, and `<eval dir>/m
 metrics next to those the run itself reported.
 """
 
-import json
 import logging
 import re
 from pathlib import Path
@@ -16,10 +15,10 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from attnexp.build import build, check_data_dir, given
-from attnexp.checkpoints import load_run
+from attnexp.checkpoints import given_ckpt_path, load_run, load_weights, read_record, read_weights
 from attnexp.config import register_resolvers
 from attnexp.errors import ConfigError, exit_with
-from attnexp.runs import METRICS_FILE, RunRecord
+from attnexp.runs import RunRecord, override_key
 from attnexp.train import device_name, scalar_metrics
 
 log = logging.getLogger(__name__)
@@ -27,22 +26,38 @@ register_resolvers()
 
 
 def run_overrides(cfg: DictConfig, cli_overrides: list[str]) -> list[str]:
-    """Overrides for the run's config: an explicit paths.data_dir=, then `overrides=[...]`."""
-    extra = []
-    if given("paths.data_dir", cli_overrides):
-        check_data_dir(cfg.paths.data_dir, cli_overrides)
-        extra.append(f"paths.data_dir={cfg.paths.data_dir}")
-    return extra + [str(o) for o in cfg.overrides]
+    """Overrides for the run's config: an explicit paths.data_dir=, then `overrides=[...]`; a
+    data dir given either way must exist."""
+    extra = (
+        [f"paths.data_dir={cfg.paths.data_dir}"] if given("paths.data_dir", cli_overrides) else []
+    )
+    overrides = extra + [str(o) for o in cfg.overrides]
+    for override in overrides:
+        if override_key(override) == "paths.data_dir":
+            check_data_dir(override.split("=", 1)[1], [override])
+    return overrides
+
+
+def check_same_data(source: str, run_record: dict, run_cfg: DictConfig, overrides: list[str]):
+    """Test on the kind of data the run was tested on (local files, hub, embedded sample), unless
+    `data.source=` asks for another on purpose."""
+    recorded = run_record.get("data_source")
+    if recorded and source != recorded and not given("data.source", overrides):
+        raise ConfigError(
+            f"the run was tested on {recorded} data, this evaluation found {source} data "
+            f"(paths.data_dir={run_cfg.paths.data_dir}): give paths.data_dir=<the folder the run "
+            f'used>, or overrides=["data.source={source}"] to evaluate on it anyway'
+        )
 
 
 def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
-    run_cfg, choices, run_dir, ckpt = load_run(
-        cfg.ckpt_path, run_overrides(cfg, cli_overrides), out_dir
-    )
+    overrides = run_overrides(cfg, cli_overrides)
+    run_cfg, choices, run_dir, ckpt = load_run(given_ckpt_path(cfg), overrides, out_dir)
     if out_dir.resolve() == run_dir.resolve():
         raise ConfigError(
             f"hydra.run.dir={out_dir} is the run dir itself; evaluate writes its own dir"
         )
+    run_record, weights = read_record(run_dir), read_weights(ckpt)
     record = RunRecord(
         out_dir,
         seed=run_cfg.get("seed"),
@@ -54,10 +69,17 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
         seed = cfg.seed if cfg.seed is not None else run_cfg.get("seed")
         if seed is not None:
             pl.seed_everything(seed, workers=True)
-        datamodule, task = build(run_cfg, choices, artifacts_dir=str(run_dir))
+        try:
+            datamodule, task = build(run_cfg, choices, artifacts_dir=str(run_dir))
+        except ConfigError as err:
+            raise ConfigError(
+                f'{err} (evaluate takes run settings as overrides=["key=value"])'
+            ) from err
         record.update(data_source=datamodule.source, choices=choices)
+        check_same_data(datamodule.source, run_record, run_cfg, overrides)
         if datamodule.source == "sample":
             record.warn("data: evaluated on the embedded sample, not the full dataset")
+        load_weights(task, ckpt, weights)
         trainer = pl.Trainer(
             accelerator=cfg.trainer.accelerator,
             devices=cfg.trainer.devices,
@@ -71,14 +93,12 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
             default_root_dir=str(out_dir),
         )
         record.update(device=device_name(trainer))
-        trainer.test(task, datamodule=datamodule, ckpt_path=str(ckpt))
+        trainer.test(task, datamodule=datamodule)
         metrics = scalar_metrics(trainer.callback_metrics)
     except BaseException as err:
         record.fail(err)
         raise
-    run_record = run_dir / METRICS_FILE
-    if run_record.is_file():
-        record.update(run_metrics=json.loads(run_record.read_text()).get("metrics", {}))
+    record.update(run_metrics=run_record.get("metrics", {}))
     record.complete(metrics)
     return record.data
 

@@ -27,6 +27,7 @@ from attnexp.errors import ConfigError, exit_with
 log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.json"
+RUN_CONFIG = Path(".hydra") / "config.yaml"  # the composed config Hydra writes into every run dir
 LAST_CKPT = Path("checkpoints") / "last.ckpt"
 RESUME_KEY = "resume"
 NO_RESUME = (None, "", "null", "None")
@@ -123,9 +124,17 @@ def holds_run(run_dir: Path) -> bool:
     return any((run_dir / name).exists() for name in (METRICS_FILE, "checkpoints"))
 
 
+def run_holding(path: str | Path) -> Path | None:
+    """`path` if it holds a run (or an evaluation), else the run dir it lies inside, if any."""
+    path = Path(path).expanduser().resolve()
+    if holds_run(path):
+        return path
+    return next((p for p in path.parents if holds_run(p) and (p / RUN_CONFIG).is_file()), None)
+
+
 class RunDirGuard(Callback):
     """Before Hydra writes anything into the run dir: a `resume=<dir>` must fit that run, and a
-    dir given by hand (hydra.run.dir=) must not hold a run that would be overwritten."""
+    dir given by hand (hydra.run.dir=) must neither hold a run nor lie inside one."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         resume = config.get(RESUME_KEY)
@@ -133,20 +142,27 @@ class RunDirGuard(Callback):
             if resume not in (*NO_RESUME, "auto"):
                 check_resume(str(resume), list(config.hydra.overrides.task))
             elif any(o.startswith("hydra.run.dir=") for o in config.hydra.overrides.hydra):
-                run_dir = Path(config.hydra.run.dir)
-                if holds_run(run_dir):
-                    raise ConfigError(
-                        f"hydra.run.dir={run_dir} already holds a run, which this one would "
-                        f"overwrite (drop hydra.run.dir= for a new dir, or resume={run_dir} to "
-                        f"continue that run)"
-                    )
+                check_new_dir(Path(config.hydra.run.dir), can_resume=RESUME_KEY in config)
         except ConfigError as err:
             exit_with(err)
 
 
+def check_new_dir(run_dir: Path, can_resume: bool) -> None:
+    """A hand-picked hydra.run.dir: nothing a run wrote may be overwritten or mixed with."""
+    held = run_holding(run_dir)
+    if held is None:
+        return
+    if held == run_dir.expanduser().resolve():
+        what = "already holds a run, which this one would overwrite"
+    else:
+        what = f"lies inside the run {held}, whose files are never written to"
+    hint = f", or resume={held} to continue that run" if can_resume else ""
+    raise ConfigError(f"hydra.run.dir={run_dir} {what} (drop hydra.run.dir= for a new dir{hint})")
+
+
 def hydra_subdir(run_dir: str) -> str:
     """Where Hydra writes the composed config: a resumed run keeps the original `.hydra/`."""
-    if not (Path(run_dir) / ".hydra" / "config.yaml").is_file():
+    if not (Path(run_dir) / RUN_CONFIG).is_file():
         return ".hydra"
     return f".hydra/resume_{datetime.now():%Y-%m-%d_%H-%M-%S}"
 
