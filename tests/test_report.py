@@ -5,13 +5,24 @@ import json
 import statistics
 
 import pytest
+from omegaconf import OmegaConf
 
 from attnexp import report
 
 
 def write_run(
-    root, name, status="completed", seed=0, overrides=(), metrics=None, history=None, error=None
+    root,
+    name,
+    status="completed",
+    seed=0,
+    overrides=(),
+    metrics=None,
+    history=None,
+    error=None,
+    config=None,
+    **fields,
 ):
+    """`config`: the composed config, written to .hydra/config.yaml; `fields`: more of the record."""
     run_dir = root / name
     run_dir.mkdir(parents=True)
     record = {
@@ -21,10 +32,14 @@ def write_run(
         "metrics": metrics or {},
         "history": history or [],
         "duration_s": 1.5,
+        **fields,
     }
     if error:
         record["error"] = error
     (run_dir / "metrics.json").write_text(json.dumps(record))
+    if config is not None:
+        (run_dir / ".hydra").mkdir()
+        OmegaConf.save(config, run_dir / ".hydra" / "config.yaml")
     return run_dir
 
 
@@ -153,3 +168,129 @@ def test_folder_of_symlinks_to_runs(sweep, tmp_path):
     (picked / "loop").symlink_to(picked, target_is_directory=True)  # a cycle is walked once
     runs = report.find_runs(picked)
     assert sorted(r.name for r in runs) == ["0_scorer=dot,seed=0", "2_scorer=additive,seed=0"]
+
+
+def variant_rows(text):
+    """The rows of report.md's variants table, as lists of cells."""
+    table = text.split("## Variants")[1].split("## Runs")[0]
+    return [line.strip("| ").split(" | ") for line in table.splitlines()[4:] if line.strip()]
+
+
+def test_evaluation_records_listed_apart(sweep, capsys):
+    write_run(
+        sweep,
+        "evals/e0",
+        seed=0,
+        overrides=["ckpt_path=x"],
+        metrics={"test/acc": 0.1},
+        kind="evaluate",
+        run_dir="/runs/r0",
+    )
+    written = report.write_report(sweep)
+    rows = list(csv.DictReader(written["csv"].open()))
+    assert len(rows) == 6 and all(not r["run"].startswith("evals") for r in rows)
+    text = written["markdown"].read_text()
+    assert "6 runs:" in text and "## Evaluation records (1, not counted as runs)" in text
+    assert "| evals/e0 | completed | /runs/r0 |" in text
+    assert report.main([str(sweep / "evals")]) == 2
+    assert "no metrics.json of a training run" in capsys.readouterr().err
+
+
+def test_runs_on_other_data_are_not_averaged(tmp_path):
+    base = ["model=lstm_attn", "scorer=dot"]
+    for name, seed, source, data_dir, acc in (
+        ("sample_0", 0, "sample", None, 0.6),
+        ("full_0", 0, "local", "/data", 0.9),
+        ("full_1", 1, "local", "/data", 0.8),
+        ("other_0", 0, "local", "/other", 0.7),
+    ):
+        extra = [f"paths.data_dir={data_dir}"] if data_dir else []
+        write_run(
+            tmp_path,
+            name,
+            seed=seed,
+            overrides=[*base, *extra, f"seed={seed}"],
+            metrics={"test/acc": acc},
+            data_source=source,
+        )
+    write_run(tmp_path, "early_fail", "failed", overrides=base)  # no data_source: unknown data
+    text = report.write_report(tmp_path)["markdown"].read_text()
+    assert "different data (data_source: local:/data, local:/other, sample)" in text
+    rows = {row[0]: row for row in variant_rows(text)}
+    assert (
+        rows["local:/data"][1:3] == ["0,1", "2/2"] and rows["local:/data"][3] == "0.8500 ± 0.0707"
+    )
+    assert rows["sample"][3] == "0.6000" and rows["local:/other"][3] == "0.7000"
+
+
+def test_repeated_seed_counts_once_the_latest(tmp_path):
+    for name, seed, acc, started in (
+        ("a_seed0", 0, 0.9, "2026-01-02T00:00:00"),
+        ("b_seed0_rerun", 0, 0.7, "2026-01-03T00:00:00"),
+        ("c_seed1", 1, 0.8, "2026-01-01T00:00:00"),
+    ):
+        write_run(
+            tmp_path,
+            name,
+            seed=seed,
+            overrides=[f"seed={seed}"],
+            metrics={"test/acc": acc},
+            started_at=started,
+        )
+    written = report.write_report(tmp_path)
+    (row,) = variant_rows(written["markdown"].read_text())
+    assert row[1:] == [
+        "0,1",
+        "2/2 (a_seed0 repeats seed 0, not counted)",
+        f"{statistics.mean([0.7, 0.8]):.4f} ± {statistics.stdev([0.7, 0.8]):.4f}",
+    ]
+    rows = {r["run"]: r for r in csv.DictReader(written["csv"].open())}
+    assert rows["a_seed0"]["repeat_of"] == "b_seed0_rerun" and rows["c_seed1"]["repeat_of"] == ""
+
+
+def test_explicit_default_is_the_same_variant_as_the_implicit_one(tmp_path):
+    choices = {"model": "lstm_attn", "scorer": "additive", "scheduler": None}
+    config = {"model": {"hidden_size": 256}, "scorer": {"_target_": "Additive"}}
+    for name, seed, overrides, scorer in (
+        ("explicit", 0, ["scorer=additive", "model.hidden_size=256"], "additive"),
+        ("implicit", 1, [], "additive"),
+        ("dot", 0, ["scorer=dot"], "dot"),
+    ):
+        write_run(
+            tmp_path,
+            name,
+            seed=seed,
+            overrides=overrides,
+            metrics={"test/acc": 0.8},
+            choices={**choices, "scorer": scorer},
+            config=config,
+            data_source="sample",
+        )
+    # Failed before recording its choices and data: the choices are in Hydra's hydra.yaml.
+    failed = write_run(tmp_path, "failed", "failed", seed=2, config=config, error="boom")
+    OmegaConf.save(
+        {"hydra": {"runtime": {"choices": {**choices, "hydra/launcher": "basic"}}}},
+        failed / ".hydra" / "hydra.yaml",
+    )
+    runs = report.find_runs(tmp_path)
+    assert [r.variant for r in runs] == [
+        {"scorer": s} for s in ("dot", "additive") + ("additive",) * 2
+    ]
+    rows = variant_rows(report.write_report(tmp_path)["markdown"].read_text())
+    assert [row[:3] for row in rows] == [["dot", "0", "1/1"], ["additive", "0,2,1", "2/3 (failed)"]]
+
+
+def test_nan_metric_does_not_crash_and_is_counted(tmp_path):
+    for seed, acc in enumerate((0.8, 0.9, float("nan"))):
+        write_run(
+            tmp_path,
+            f"run{seed}",
+            seed=seed,
+            metrics={"test/acc": acc, "test/acc_bag1": acc},
+            history=curve(acc),
+        )
+    written = report.write_report(tmp_path)
+    (row,) = variant_rows(written["markdown"].read_text())
+    assert row[3] == f"0.8500 ± {statistics.stdev([0.8, 0.9]):.4f} (+1 NaN/inf)"
+    assert report.mean_std([float("nan")]) == "nan"
+    assert written["bag_size"].stat().st_size > 1000

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from attnexp import report
 from attnexp.errors import ConfigError
-from attnexp.sweeps import check_strategy, sweep_subdir, swept_keys
+from attnexp.sweeps import SweepDirGuard, check_strategy, sweep_subdir, swept_keys
 
 
 def test_sweep_with_a_failing_job_then_report(tmp_path):
@@ -38,6 +38,13 @@ def test_sweep_with_a_failing_job_then_report(tmp_path):
             for key, value in record["metrics"].items():
                 assert float(row[key]) == pytest.approx(value, abs=0, rel=1e-12), key
     assert "**FAILED**" in written["markdown"].read_text()
+
+    # The same sweep dir again: refused before anything is written, the earlier jobs untouched.
+    before = {p: p.stat().st_mtime_ns for p in sweep_dir.rglob("*")}
+    again = run_cli(tmp_path, "-m", "data.variable=false", f"hydra.sweep.dir={sweep_dir}", *TINY)
+    assert again.returncode == 2, again.stderr[-4000:]
+    assert f"error: hydra.sweep.dir={sweep_dir} holds an earlier sweep" in again.stderr
+    assert {p: p.stat().st_mtime_ns for p in sweep_dir.rglob("*")} == before
 
 
 def test_sweep_subdir_names_only_the_swept_overrides(tmp_path):
@@ -161,3 +168,25 @@ def test_failed_jobs_callback_counts_each_unfinished_record_once(tmp_path, monke
     monkeypatch.setattr(train, "FAILED_JOBS", [str(tmp_path / "sweep" / "1_b")])
     FailedJobs().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": "sweep"}}}))
     assert sorted(train.FAILED_JOBS) == [str(tmp_path / "sweep" / n) for n in ("1_b", "2_c")]
+
+
+def test_sweep_dir_guard_refuses_a_dir_holding_a_sweep(tmp_path, capsys):
+    def start(sweep_dir):
+        SweepDirGuard().on_multirun_start(
+            OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep_dir)}}})
+        )
+
+    start(tmp_path / "new")  # a new dir, or an existing one without runs, is fine
+    (tmp_path / "empty" / "notes").mkdir(parents=True)
+    start(tmp_path / "empty")
+    (tmp_path / "jobs" / "0_seed=0").mkdir(parents=True)  # no multirun.yaml (e.g. Optuna)
+    (tmp_path / "jobs" / "0_seed=0" / "metrics.json").write_text("{}")
+    (tmp_path / "swept").mkdir()
+    (tmp_path / "swept" / "multirun.yaml").write_text("hydra: {}")
+    for name, found in (("jobs", "0_seed=0"), ("swept", "multirun.yaml")):
+        with pytest.raises(SystemExit) as exit_info:
+            start(tmp_path / name)
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert f"error: hydra.sweep.dir={tmp_path / name} holds an earlier sweep" in err
+        assert f"({tmp_path / name / found} exists)" in err and "leave hydra.sweep.dir out" in err

@@ -1,22 +1,32 @@
 """`python -m attnexp.report <dir>`: compare the runs under a multirun dir (or any folder of runs).
 
-Writes into <dir>: `report.csv` (one row per run: its varied overrides, status, final metrics),
+Writes into <dir>: `report.csv` (one row per run: its varied settings, status, final metrics),
 `report.md` (the runs, and mean +- std over seeds for each variant) and PNG plots (validation
 accuracy per epoch for each variant; accuracy against bag size for bag runs). Reads only the
-runs' `metrics.json`, so it works on incomplete sweeps and on runs still going (their last
-epoch is shown and the status says `running`).
+runs' `metrics.json` and `.hydra/`, so it works on incomplete sweeps and on runs still going
+(their last epoch is shown and the status says `running`).
+
+A variant is what a run was run with: its overrides, its config group choices and the values of
+its composed config (`.hydra/config.yaml`), so `scorer=additive` where additive is the default
+is the same variant as no scorer= at all; runs on other data (`data_source`, and the data dir of
+local data) are another variant. A (variant, seed) run repeated counts once: the one started
+last. Evaluation records (`python -m attnexp.evaluate`) are listed apart, not counted as runs.
 """
 
 import argparse
 import csv
 import json
 import logging
+import math
 import os
 import re
 import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
 
 from attnexp.runs import METRICS_FILE
 
@@ -25,6 +35,9 @@ log = logging.getLogger(__name__)
 # Shown in the Markdown tables when present (the CSV has every metric).
 MAIN_METRICS = ("val/acc_best", "val/acc", "test/acc", "test/acc_variable", "test/f1")
 NOT_VARIANT = ("seed", "resume", "paths.", "hydra.", "trainer.enable_progress_bar")
+DATA_KEY = "data_source"  # the data a run saw: sample | hub | local:<data dir>
+EVALUATE = "evaluate"  # metrics.json "kind" of an evaluation record
+_ABSENT = object()
 SKIP_DIRS = {"checkpoints", "tb", ".hydra", ".submitit", "__pycache__"}  # never hold run records
 BAG_METRIC = re.compile(r"^test/acc_bag(\d+)$")
 
@@ -37,16 +50,27 @@ class Run:
     name: str
     status: str
     seed: int | None
-    overrides: dict[str, str]
+    settings: dict[str, str]  # key -> value the run was run with (overrides, choices, config)
     metrics: dict[str, float]
     history: list[dict] = field(default_factory=list)
     error: str = ""
     duration_s: float | None = None
+    kind: str = "train"
+    started_at: str = ""
+    config: DictConfig | None = field(default=None, repr=False)  # its composed config
+    evaluated: str = ""  # an evaluation record: the run dir it tested
     variant: dict[str, str] = field(default_factory=dict)
+    repeat_of: str = ""  # a repeated (variant, seed): the run counted instead of this one
 
     @property
     def variant_label(self) -> str:
         return ",".join(f"{k}={v}" for k, v in self.variant.items()) or "all runs"
+
+    @property
+    def note(self) -> str:
+        if self.repeat_of:
+            return f"seed {self.seed} repeated: not counted ({self.repeat_of} is)"
+        return " ".join(self.error.split())[:200]
 
 
 def _override_key(key: str) -> str:
@@ -56,6 +80,41 @@ def _override_key(key: str) -> str:
 def parse_overrides(lines: list[str]) -> dict[str, str]:
     pairs = (line.partition("=") for line in lines)
     return {_override_key(key): value for key, _, value in pairs}
+
+
+def _text(value) -> str:
+    """A config value as typed on a command line: null, true, 0.001."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    return str(value)
+
+
+def config_value(config: DictConfig | None, key: str) -> str | None:
+    """`key`'s value in a composed config; None without one, or where `key` is not a value."""
+    if config is None:
+        return None
+    value = OmegaConf.select(config, key, default=_ABSENT, throw_on_resolution_failure=False)
+    return None if value is _ABSENT or isinstance(value, DictConfig) else _text(value)
+
+
+def _hydra_file(run_dir: Path, name: str) -> DictConfig | None:
+    """A run's `.hydra/<name>`: config.yaml is its composed config, hydra.yaml Hydra's own."""
+    path = run_dir / ".hydra" / name
+    if not path.is_file():
+        return None
+    try:
+        return OmegaConf.load(path)
+    except (OSError, yaml.YAMLError) as err:
+        log.warning("cannot read %s: %s", path, err)
+        return None
+
+
+def _data_label(source: str, settings: dict[str, str], config: DictConfig | None) -> str:
+    """The embedded sample and the hub are the same data everywhere; local data is its dir."""
+    if source != "local":
+        return source
+    data_dir = config_value(config, "paths.data_dir") or settings.get("paths.data_dir")
+    return f"local:{data_dir}" if data_dir else source
 
 
 def load_run(path: Path, root: Path) -> Run:
@@ -71,27 +130,75 @@ def load_run(path: Path, root: Path) -> Run:
     history = list(record.get("history") or [])
     if not metrics and history:  # running or failed: the last epoch it finished
         metrics = {k: v for k, v in history[-1].items() if k not in ("epoch", "step")}
+    config = _hydra_file(path.parent, "config.yaml")
+    settings = parse_overrides(record.get("overrides") or [])
+    # The group choices Hydra composed: an explicit default is the same choice as the implicit one.
+    # A run that failed before recording them: Hydra wrote them before the job started.
+    choices = record.get("choices")
+    if choices is None:
+        hydra_cfg = _hydra_file(path.parent, "hydra.yaml")
+        choices = OmegaConf.select(hydra_cfg, "hydra.runtime.choices") if hydra_cfg else None
+    for key, value in (choices or {}).items():
+        if not key.startswith("hydra"):
+            settings[_override_key(key)] = _text(value)
+    if record.get("data_source") is not None:
+        settings[DATA_KEY] = _data_label(record["data_source"], settings, config)
     return Run(
         path=path.parent,
         name=name,
         status=status,
         seed=record.get("seed"),
-        overrides=parse_overrides(record.get("overrides") or []),
+        settings=settings,
         metrics={k: float(v) for k, v in metrics.items() if isinstance(v, int | float)},
         history=history,
         error=str(record.get("error") or ""),
         duration_s=record.get("duration_s"),
+        kind=record.get("kind") or "train",
+        started_at=str(record.get("started_at") or ""),
+        config=config,
+        evaluated=str(record.get("run_dir") or ""),
     )
 
 
 def find_runs(root: Path) -> list[Run]:
-    """Every run under `root` (a run dir is a folder holding metrics.json), in a stable order."""
+    """Every training run under `root` (a run dir is a folder holding metrics.json)."""
+    return find_records(root)[0]
+
+
+def find_records(root: Path) -> tuple[list[Run], list[Run]]:
+    """The training runs under `root`, with their variants, and the evaluation records; each in
+    a stable order."""
     paths = sorted(_record_files(root), key=lambda p: _natural_key(str(p.relative_to(root))))
-    runs = [load_run(p, root) for p in paths]
+    records = [load_run(p, root) for p in paths]
+    runs = [run for run in records if run.kind != EVALUATE]
+    keys = {k for run in runs for k in run.settings}
+    for run in runs:  # a key set in some runs only: the others' value is in their config
+        for key in keys:
+            value = config_value(run.config, key)
+            if value is not None:
+                run.settings[key] = value
     varied = varied_keys(runs)
     for run in runs:
-        run.variant = {k: run.overrides.get(k, "-") for k in varied}
-    return runs
+        run.variant = {k: run.settings.get(k, "-") for k in varied}
+    mark_repeats(runs)
+    return runs, [run for run in records if run.kind == EVALUATE]
+
+
+def mark_repeats(runs: list[Run]) -> None:
+    """Completed runs of one variant with the same seed are not independent: the one started
+    last (on a tie, the last listed) counts; the others get `repeat_of`."""
+    same: dict[tuple[str, int], list[Run]] = {}
+    for run in runs:
+        if run.status == "completed" and run.seed is not None:
+            same.setdefault((run.variant_label, run.seed), []).append(run)
+    for group in same.values():
+        counted = sorted(group, key=lambda r: r.started_at)[-1]
+        for run in group:
+            if run is not counted:
+                run.repeat_of = counted.name
+                log.warning(
+                    "%s repeats seed %s of %s: not counted", run.name, run.seed, counted.name
+                )
 
 
 def _record_files(root: Path) -> list[Path]:
@@ -115,9 +222,14 @@ def _natural_key(text: str) -> list:
 
 
 def varied_keys(runs: list[Run]) -> list[str]:
-    """Override keys whose value differs between runs (seeds aside): what tells variants apart."""
-    keys = sorted({k for run in runs for k in run.overrides if not k.startswith(NOT_VARIANT)})
-    return [k for k in keys if len({run.overrides.get(k) for run in runs}) > 1]
+    """Settings whose value differs between runs (seeds aside): what tells variants apart."""
+    keys = sorted({k for run in runs for k in run.settings if not k.startswith(NOT_VARIANT)})
+    # A run that failed before loading its data has no data_source: unknown, not other data.
+    return [
+        k
+        for k in keys
+        if len({run.settings.get(k) for run in runs if k != DATA_KEY or k in run.settings}) > 1
+    ]
 
 
 def metric_columns(runs: list[Run], main_only: bool) -> list[str]:
@@ -133,7 +245,8 @@ def run_rows(runs: list[Run]) -> tuple[list[str], list[dict]]:
     """The CSV: one row per run, every metric."""
     varied = varied_keys(runs)
     metrics = metric_columns(runs, main_only=False)
-    header = ["run", "status", "seed", *varied, "epochs", "duration_s", *metrics, "error"]
+    header = ["run", "status", "seed", *varied, "epochs", "duration_s", *metrics]
+    header += ["error", "repeat_of"]
     rows = []
     for run in runs:
         row = {
@@ -144,6 +257,7 @@ def run_rows(runs: list[Run]) -> tuple[list[str], list[dict]]:
             "epochs": len(run.history),
             "duration_s": run.duration_s,
             "error": run.error,
+            "repeat_of": run.repeat_of,
         }
         row.update({k: run.metrics.get(k) for k in metrics})
         rows.append(row)
@@ -158,11 +272,14 @@ def group_variants(runs: list[Run]) -> dict[str, list[Run]]:
 
 
 def mean_std(values: list[float]) -> str:
-    if not values:
-        return ""
-    if len(values) == 1:
-        return f"{values[0]:.4f}"
-    return f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}"
+    """Over the finite values; NaN or inf ones (a diverged run) are counted beside them."""
+    finite = [v for v in values if math.isfinite(v)]
+    others = f" (+{len(values) - len(finite)} NaN/inf)" if len(finite) < len(values) else ""
+    if not finite:
+        return "nan" if values else ""
+    if len(finite) == 1:
+        return f"{finite[0]:.4f}{others}"
+    return f"{statistics.mean(finite):.4f} ± {statistics.stdev(finite):.4f}{others}"
 
 
 def _fmt(value) -> str:
@@ -182,16 +299,19 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def variants_markdown(runs: list[Run]) -> str:
-    """Mean +- std over the completed seeds of each variant; failed and running ones counted."""
+    """Mean +- std over the completed seeds of each variant; failed and running ones counted,
+    a repeated seed not (the table says which run is left out)."""
     varied = varied_keys(runs)
     metrics = metric_columns(runs, main_only=True)
     header = [*(varied or ["variant"]), "seeds", "completed", *metrics]
     rows = []
     for label, members in group_variants(runs).items():
-        done = [r for r in members if r.status == "completed"]
-        others = [r.status for r in members if r.status != "completed"]
-        completed = f"{len(done)}/{len(members)}" + (f" ({', '.join(others)})" if others else "")
-        seeds = ",".join(str(r.seed) for r in members)
+        counted = [r for r in members if not r.repeat_of]
+        done = [r for r in counted if r.status == "completed"]
+        notes = [r.status for r in counted if r.status != "completed"]
+        notes += [f"{r.name} repeats seed {r.seed}, not counted" for r in members if r.repeat_of]
+        completed = f"{len(done)}/{len(counted)}" + (f" ({', '.join(notes)})" if notes else "")
+        seeds = ",".join(_fmt(r.seed) for r in counted)
         keys = [members[0].variant.get(k, "-") for k in varied] if varied else [label]
         cells = [mean_std([r.metrics[m] for r in done if m in r.metrics]) for m in metrics]
         rows.append([*keys, seeds, completed, *cells])
@@ -201,10 +321,9 @@ def variants_markdown(runs: list[Run]) -> str:
 def runs_markdown(runs: list[Run]) -> str:
     varied = varied_keys(runs)
     metrics = metric_columns(runs, main_only=True)
-    header = ["run", "status", "seed", *varied, "epochs", *metrics, "error"]
+    header = ["run", "status", "seed", *varied, "epochs", *metrics, "note"]
     rows = []
     for run in runs:
-        error = " ".join(run.error.split())[:200]
         rows.append(
             [
                 run.name,
@@ -213,9 +332,26 @@ def runs_markdown(runs: list[Run]) -> str:
                 *(run.variant.get(k, "-") for k in varied),
                 str(len(run.history)),
                 *(_fmt(run.metrics.get(m)) for m in metrics),
-                error,
+                run.note,
             ]
         )
+    return markdown_table(header, rows)
+
+
+def evaluations_markdown(evaluations: list[Run]) -> str:
+    metrics = metric_columns(evaluations, main_only=True)
+    header = ["record", "status", "evaluated run", DATA_KEY, *metrics, "note"]
+    rows = [
+        [
+            run.name,
+            _status_cell(run.status),
+            run.evaluated,
+            run.settings.get(DATA_KEY, ""),
+            *(_fmt(run.metrics.get(m)) for m in metrics),
+            run.note,
+        ]
+        for run in evaluations
+    ]
     return markdown_table(header, rows)
 
 
@@ -227,7 +363,7 @@ def bag_size_curves(runs: list[Run]) -> dict[str, dict[int, list[float]]]:
             continue
         for key, value in run.metrics.items():
             match = BAG_METRIC.match(key)
-            if match:
+            if match and math.isfinite(value):
                 curves.setdefault(run.variant_label, {}).setdefault(int(match[1]), []).append(value)
     return curves
 
@@ -250,10 +386,12 @@ def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
 
     root = Path(root)
     out_dir = Path(out_dir) if out_dir is not None else root
-    runs = find_runs(root)
+    runs, evaluations = find_records(root)
     if not runs:
+        only = f", only {len(evaluations)} of evaluations" if evaluations else ""
         raise FileNotFoundError(
-            f"no {METRICS_FILE} under {root} (give a multirun dir or a folder of run dirs)"
+            f"no {METRICS_FILE} of a training run under {root}{only} (give a multirun dir or a "
+            f"folder of run dirs)"
         )
     out_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
@@ -278,6 +416,14 @@ def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
         "",
         f"{len(runs)} runs: " + ", ".join(f"{n} {s}" for s, n in by_status.items()) + ".",
         "Metrics of runs not completed are from their last finished epoch.",
+    ]
+    if DATA_KEY in runs[0].variant:
+        sources = ", ".join(sorted({r.settings[DATA_KEY] for r in runs if DATA_KEY in r.settings}))
+        log.warning("the runs saw different data (%s): not averaged together", sources)
+        parts.append(
+            f"The runs saw different data ({DATA_KEY}: {sources}), never averaged together."
+        )
+    parts += [
         "",
         "## Variants (mean ± std over seeds, completed runs only)",
         "",
@@ -288,6 +434,9 @@ def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
         runs_markdown(runs),
         "",
     ]
+    if evaluations:
+        title = f"## Evaluation records ({len(evaluations)}, not counted as runs)"
+        parts += [title, "", evaluations_markdown(evaluations), ""]
     for key, title in (
         ("val_acc", "Validation accuracy per epoch"),
         ("bag_size", "Test accuracy against bag size"),

@@ -17,8 +17,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from attnexp.errors import ConfigError
-from attnexp.runs import METRICS_FILE
+from attnexp.errors import ConfigError, exit_with
+from attnexp.runs import METRICS_FILE, holds_run
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,37 @@ class FailedJobs(Callback):
                 status = f"unreadable ({err})"
             if status != "completed" and path.parent.resolve() not in known:
                 FAILED_JOBS.append(str(path.parent.resolve()))
+
+
+def earlier_sweep(sweep_dir: Path) -> Path | None:
+    """What shows that `sweep_dir` holds a sweep already: its multirun.yaml or a job's dir."""
+    if not sweep_dir.is_dir():
+        return None
+    if (sweep_dir / "multirun.yaml").exists():
+        return sweep_dir / "multirun.yaml"
+    dirs = (sweep_dir, *sorted(sweep_dir.iterdir()))
+    return next((d for d in dirs if d.is_dir() and holds_run(d)), None)
+
+
+class SweepDirGuard(Callback):
+    """Hydra callback: before the sweeper writes anything, refuse a sweep dir holding a sweep.
+
+    Job dirs are named by job number and overrides, so a sweep run again into the same dir lands
+    in the earlier jobs' dirs: their configs overwritten, their records kept as if resumed,
+    checkpoints and TensorBoard events mixed. The default sweep dir is new each time.
+    """
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        found = earlier_sweep(sweep_dir)
+        if found is not None:
+            exit_with(
+                ConfigError(
+                    f"hydra.sweep.dir={sweep_dir} holds an earlier sweep ({found} exists): its "
+                    f"jobs would be re-run into the same dirs (give a new hydra.sweep.dir=..., or "
+                    f"leave hydra.sweep.dir out for a new timestamped dir)"
+                )
+            )
 
 
 # Lightning strategies that start the other ranks by re-running the command line. Under a Hydra
