@@ -223,6 +223,13 @@ def test_runs_on_other_data_are_not_averaged(tmp_path):
     assert rows["sample"][3] == "0.6000" and rows["local:/other"][3] == "0.7000"
 
 
+def test_the_recorded_absolute_data_dir_tells_local_data_apart(tmp_path):
+    for name, data_dir in (("from_a", "/a/data"), ("from_b", "/b/data")):  # both ran with ./data
+        write_run(tmp_path, name, data_source="local", data_dir=data_dir, metrics={"test/acc": 0.5})
+    text = report.write_report(tmp_path)["markdown"].read_text()
+    assert {row[0] for row in variant_rows(text)} == {"local:/a/data", "local:/b/data"}
+
+
 def test_repeated_seed_counts_once_the_latest(tmp_path):
     for name, seed, acc, started in (
         ("a_seed0", 0, 0.9, "2026-01-02T00:00:00"),

@@ -109,11 +109,17 @@ def _hydra_file(run_dir: Path, name: str) -> DictConfig | None:
         return None
 
 
-def _data_label(source: str, settings: dict[str, str], config: DictConfig | None) -> str:
-    """The embedded sample and the hub are the same data everywhere; local data is its dir."""
+def _data_label(record: dict, settings: dict[str, str], config: DictConfig | None) -> str:
+    """The embedded sample and the hub are the same data everywhere; local data is its dir: the
+    absolute one recorded, or (records without it) the one configured, maybe a relative path."""
+    source = record["data_source"]
     if source != "local":
         return source
-    data_dir = config_value(config, "paths.data_dir") or settings.get("paths.data_dir")
+    data_dir = (
+        record.get("data_dir")
+        or config_value(config, "paths.data_dir")
+        or settings.get("paths.data_dir")
+    )
     return f"local:{data_dir}" if data_dir else source
 
 
@@ -142,7 +148,7 @@ def load_run(path: Path, root: Path) -> Run:
         if not key.startswith("hydra"):
             settings[_override_key(key)] = _text(value)
     if record.get("data_source") is not None:
-        settings[DATA_KEY] = _data_label(record["data_source"], settings, config)
+        settings[DATA_KEY] = _data_label(record, settings, config)
     return Run(
         path=path.parent,
         name=name,
