@@ -1,20 +1,27 @@
 """`python -m attnexp.predict` on a tiny trained run: labels, figures, edge-case inputs."""
 
 import json
+import re
 
 import pytest
+import torch
+from hydra import compose, initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
 from imdb_data import TINY_MODEL, train_in_process, write_imdb
+from lcqmc_data import write_lcqmc
+from omegaconf import OmegaConf
 
 from attnexp.predict import main, split_args
 
+SHORT_TRAINING = (
+    "trainer.max_epochs=1",
+    "trainer.limit_train_batches=2",
+    "trainer.limit_val_batches=1",
+    "trainer.limit_test_batches=1",
+)
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    from hydra import compose, initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
 
-    tmp = tmp_path_factory.mktemp("predict")
-    write_imdb(tmp / "data")
+def compose_train(tmp, *overrides):
     GlobalHydra.instance().clear()
     with initialize_config_module("attnexp.conf", version_base="1.3"):
         cfg = compose(
@@ -24,16 +31,40 @@ def run_dir(tmp_path_factory):
                 f"paths.log_dir={tmp}/outputs",
                 f"paths.data_dir={tmp}/data",
                 f"data.cache_dir={tmp}/cache",
-                "model=lstm_mhsa",
-                "model.heads=2",
-                *TINY_MODEL,
-                "trainer.max_epochs=1",
-                "trainer.limit_train_batches=2",
-                "trainer.limit_val_batches=1",
-                "trainer.limit_test_batches=1",
+                *overrides,
             ],
         )
     GlobalHydra.instance().clear()
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("predict")
+    write_imdb(tmp / "data")
+    cfg = compose_train(tmp, "model=lstm_mhsa", "model.heads=2", *TINY_MODEL, *SHORT_TRAINING)
+    train_in_process(cfg, tmp / "run")
+    return tmp / "run"
+
+
+@pytest.fixture(scope="module")
+def pair_run_dir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("predict_pairs")
+    write_lcqmc(tmp / "data", {"dev": 40, "test": 8})
+    cfg = compose_train(
+        tmp,
+        "model=transformer",
+        "model.hidden_size=16",
+        "model.ffn_size=32",
+        "model.heads=2",
+        "data.train_split=dev",
+        "data.max_seq_len=16",
+        "data.batch_size=8",
+        "logger=csv",
+        "trainer.enable_progress_bar=false",
+        "trainer.accelerator=cpu",
+        *SHORT_TRAINING,
+    )
     train_in_process(cfg, tmp / "run")
     return tmp / "run"
 
@@ -101,3 +132,116 @@ def test_clear_errors_without_traceback(run_dir, capsys, tmp_path):
     assert rc == 2 and "does not exist" in err
     rc, _, err = predict(capsys, f"ckpt_path={run_dir}", "text=hi", "no_such_key=1")
     assert rc == 2 and "no_such_key" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["text=hi"], "ckpt_path is missing"),
+        (["RUN", "text=hi", 'overrides=["data.max_seq_len=0"]'], "data.max_seq_len=0 must be"),
+        (["RUN", "text=hi", "batch_size=0"], "batch_size=0 must be a positive integer"),
+        (["RUN", "text=hi", "max_figures=-1"], "max_figures=-1 must be a positive integer"),
+        (["RUN", "text=hi", "device=cude"], "device=cude is not a torch device"),
+        (["RUN", "text_a=hi", "text_b=ho"], "text_a=, text_b= do not apply: model=lstm_mhsa"),
+        (["RUN", "texts_file=TMP"], "texts_file=.* is a directory"),
+        (["RUN", "texts_file=TMP/latin1.txt"], "latin1.txt is not UTF-8 text"),
+    ],
+)
+def test_more_clear_errors(run_dir, capsys, tmp_path, args, message):
+    (tmp_path / "latin1.txt").write_bytes("a great caf\xe9 film\n".encode("latin-1"))
+    args = [a.replace("TMP", str(tmp_path)) for a in args]
+    args = [f"ckpt_path={run_dir}" if a == "RUN" else a for a in args]
+    rc, _, err = predict(capsys, *args, f"out_dir={tmp_path / 'out'}")
+    assert rc == 2 and "Traceback" not in err
+    assert err.startswith("error: ") and re.search(message, err), err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_device_without_cuda(run_dir, capsys, tmp_path):
+    rc, _, err = predict(
+        capsys, f"ckpt_path={run_dir}", "text=hi", "device=cuda", f"out_dir={tmp_path}"
+    )
+    assert rc == 2 and "device=cuda" in err and "device=cpu" in err
+
+
+@pytest.mark.parametrize("text", ["", "   "])
+def test_a_single_text_that_cannot_be_classified_exits_2(run_dir, capsys, tmp_path, text):
+    rc, out, err = predict(capsys, f"ckpt_path={run_dir}", f"text={text}", f"out_dir={tmp_path}")
+    assert rc == 2 and "no prediction: empty text" in out and err.startswith("error: ")
+
+
+def test_out_dir_is_never_reused_nor_inside_a_run(run_dir, capsys, tmp_path):
+    out = tmp_path / "out"
+    assert predict(capsys, f"ckpt_path={run_dir}", "text=a great film", f"out_dir={out}")[0] == 0
+    before = (out / "predictions.jsonl").read_text()
+    rc, _, err = predict(capsys, f"ckpt_path={run_dir}", "text=awful", f"out_dir={out}")
+    assert rc == 2 and f"out_dir={out} already holds predict outputs" in err
+    assert (out / "predictions.jsonl").read_text() == before
+    for inside in (run_dir, run_dir / "checkpoints", run_dir / "preds"):
+        rc, _, err = predict(capsys, f"ckpt_path={run_dir}", "text=hi", f"out_dir={inside}")
+        assert rc == 2 and f"is in the run {run_dir}" in err and "out_dir=" in err
+    assert not (run_dir / "preds").exists() and not (run_dir / "predictions.jsonl").exists()
+    for _ in range(2):  # the default out_dir: a new folder each time
+        rc, *_ = predict(capsys, f"ckpt_path={run_dir}", "text=hi", f"paths.log_dir={tmp_path}")
+        assert rc == 0
+    assert len(list((tmp_path / "predictions").glob("*/predictions.jsonl"))) == 2
+
+
+def test_texts_file_lines_bom_and_crlf(run_dir, capsys, tmp_path):
+    texts = tmp_path / "texts.txt"
+    lines = ["a great film", "", "awful\x0cfilm", "dull\u2028plot\x85x", "a great film"]
+    texts.write_bytes(("\ufeff" + "\r\n".join(lines) + "\r\n").encode("utf-8"))
+    rc, out, _ = predict(
+        capsys, f"ckpt_path={run_dir}", f"texts_file={texts}", f"out_dir={tmp_path / 'o'}"
+    )
+    assert rc == 0 and out.count("no prediction") == 1
+    rows = [
+        json.loads(r) for r in (tmp_path / "o" / "predictions.jsonl").read_text().split("\n")[:-1]
+    ]
+    assert [r["input"]["text"] for r in rows] == lines
+    assert rows[0]["probabilities"] == rows[4]["probabilities"]  # BOM dropped: the same text
+
+
+def test_bag_run_is_refused_before_loading_data(compose_cfg, tmp_path, capsys, monkeypatch):
+    from attnexp.data.bag_mnist import BagMNISTDataModule
+
+    cfg = compose_cfg("model=bag_attn")
+    run = tmp_path / "bag_run"
+    (run / ".hydra").mkdir(parents=True)
+    OmegaConf.save(
+        OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), run / ".hydra" / "config.yaml"
+    )
+    choices = {"hydra": {"runtime": {"choices": dict(cfg.hydra.runtime.choices)}}}
+    OmegaConf.save(OmegaConf.create(choices), run / ".hydra" / "hydra.yaml")
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"")
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("predict built the bag DataModule")
+
+    monkeypatch.setattr(BagMNISTDataModule, "__init__", no_loading)
+    rc, _, err = predict(capsys, f"ckpt_path={run}", "text=hi", f"out_dir={tmp_path / 'out'}")
+    assert rc == 2 and "model=bag_attn" in err and "text models" in err
+
+
+def test_pair_file_blank_lines_figures_and_html(pair_run_dir, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text(
+        "电脑怎么录像\t如何录视频\n\n手机充电\t\n苹果好吃吗\t哪里买苹果\n", encoding="utf-8"
+    )
+    rc, out, _ = predict(
+        capsys, f"ckpt_path={pair_run_dir}", f"texts_file={pairs}", "out_dir=out", "max_figures=1"
+    )
+    assert rc == 0 and out.count("no prediction") == 2
+    rows = [
+        json.loads(r) for r in (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()
+    ]
+    assert [bool(r["problem"]) for r in rows] == [False, True, True, False]
+    assert "text_a and text_b are empty" in rows[1]["problem"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "example0000.html",
+        "example0000.png",
+        "predictions.jsonl",
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "pairs.txt"]  # no None.png

@@ -7,8 +7,10 @@ the model without touching the dataset; the checkpoint's weights are loaded stri
 
 Inputs: the DataModule's raw fields as `key=value` arguments (`text=...`, or `text_a=... text_b=...`),
 taken verbatim (no Hydra quoting needed), or `texts_file=` with one example per line (fields
-tab-separated). Output: one line per example (label, probability, notes), `predictions.jsonl`, and
-per-example attention figures (PNG + self-contained HTML) in `out_dir`.
+tab-separated; a blank line gets a "no prediction" row). Output: one line per example (label,
+probability, notes), `predictions.jsonl`, and per-example attention figures (PNG + self-contained
+HTML) in `out_dir`: a new folder, never one holding an earlier prediction or inside a training run.
+The exit status is 2 when no input could be classified.
 """
 
 import json
@@ -19,18 +21,21 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig
 
-from attnexp.build import build_model, check_config
-from attnexp.checkpoints import load_run, load_weights
+from attnexp.build import build_model, check_config, instantiate_checked
+from attnexp.checkpoints import given_ckpt_path, load_run, load_weights
 from attnexp.config import register_resolvers
 from attnexp.data.base import AttnDataModule
-from attnexp.errors import ConfigError
-from attnexp.runs import new_run_name
+from attnexp.errors import ConfigError, require_positive
+from attnexp.runs import new_run_name, run_holding
 
 log = logging.getLogger(__name__)
 register_resolvers()
+
+RAW_KEYS = ("text", "text_a", "text_b")
+PREDICTIONS_FILE = "predictions.jsonl"
 
 
 def split_args(argv: list[str], raw_keys: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
@@ -56,11 +61,64 @@ def compose_predict_cfg(overrides: list[str]) -> DictConfig:
         GlobalHydra.instance().clear()
 
 
-def load_predictor(cfg: DictConfig) -> tuple[AttnDataModule, torch.nn.Module, Path, Path]:
-    """(DataModule with its artifacts loaded, model with the checkpoint's weights, run dir, ckpt)."""
-    run_cfg, choices, run_dir, ckpt = load_run(cfg.ckpt_path, list(cfg.overrides))
-    check_config(run_cfg, choices)
-    datamodule: AttnDataModule = instantiate(run_cfg.data)
+def check_settings(cfg: DictConfig) -> None:
+    """predict.yaml's own settings, before anything is loaded."""
+    given_ckpt_path(cfg)
+    for key in ("batch_size", "max_figures"):
+        require_positive(key, cfg[key])
+    try:
+        device = torch.device(cfg.device)
+    except RuntimeError as err:
+        raise ConfigError(
+            f"device={cfg.device} is not a torch device ({err}); set device=cpu or device=cuda"
+        ) from None
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise ConfigError(
+            f"device={cfg.device}: torch {torch.__version__} sees "
+            f"{torch.cuda.device_count()} CUDA device(s) on this machine; set device=cpu"
+        )
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Predictions go to a folder of their own: never over an earlier prediction's files, never
+    into a training run (its dir or a folder below it), where they would mix with the run's."""
+    out_dir = out_dir.expanduser().resolve()
+    run_dir = run_holding(out_dir)
+    if run_dir is not None:
+        raise ConfigError(
+            f"out_dir={out_dir} is in the run {run_dir}; predict does not write into runs: give "
+            f"a folder outside it (out_dir=...), or drop out_dir= for a fresh one under "
+            f"paths.log_dir/predictions"
+        )
+    earlier = [
+        p.name for p in (out_dir / PREDICTIONS_FILE, *out_dir.glob("example[0-9]*")) if p.exists()
+    ]
+    if earlier:
+        raise ConfigError(
+            f"out_dir={out_dir} already holds predict outputs ({', '.join(sorted(earlier)[:3])}), "
+            f"which this prediction would overwrite: give a new folder (out_dir=...), or drop "
+            f"out_dir= for a fresh one under paths.log_dir/predictions"
+        )
+
+
+def raw_fields_of(run_cfg: DictConfig, model_name: str | None) -> tuple[str, ...]:
+    """The raw inputs the run's DataModule reads, known from its class: a run that takes none
+    (the bag models) is refused before any data is loaded."""
+    fields = get_class(run_cfg.data._target_).raw_fields
+    if not fields:
+        raise ConfigError(
+            f"model={model_name} reads no raw text (its data, {run_cfg.data._target_}, has no "
+            f"raw_fields): predict works on text models (IMDB, LCQMC); test this run with "
+            f"python -m attnexp.evaluate ckpt_path=..."
+        )
+    return fields
+
+
+def load_predictor(
+    run_cfg: DictConfig, run_dir: Path, ckpt: Path, device: str
+) -> tuple[AttnDataModule, torch.nn.Module]:
+    """(DataModule with the run's artifacts loaded, model with the checkpoint's weights)."""
+    datamodule: AttnDataModule = instantiate_checked(run_cfg.data)
     datamodule.load_artifacts(str(run_dir))
     datamodule.setup("predict")
     model = build_model(run_cfg.model, datamodule)
@@ -71,18 +129,45 @@ def load_predictor(cfg: DictConfig) -> tuple[AttnDataModule, torch.nn.Module, Pa
         test_set_names=datamodule.test_set_names,
     )
     load_weights(task, ckpt)
-    return datamodule, model.eval().to(cfg.device), run_dir, ckpt
+    return datamodule, model.eval().to(device)
+
+
+def read_lines(path: Path) -> list[str]:
+    """A texts_file's lines: UTF-8 (a BOM dropped), split at "\\n" only, so a form feed or U+2028
+    inside an example stays in it; a Windows "\\r" line end is removed."""
+    if path.is_dir():
+        raise ConfigError(
+            f"texts_file={path} is a directory (give a file with one example per line)"
+        )
+    if not path.is_file():
+        raise ConfigError(f"texts_file={path} does not exist")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"texts_file={path} is not UTF-8 text ({err.reason} at byte {err.start}); save it "
+            f"as UTF-8"
+        ) from None
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # after the final newline
+    return [line.removesuffix("\r") for line in lines]
 
 
 def read_examples(
-    cfg: DictConfig, raw: dict[str, str], fields: tuple[str, ...]
+    cfg: DictConfig, raw: dict[str, str], fields: tuple[str, ...], model_name: str | None
 ) -> list[dict[str, str]]:
-    if not fields:
+    """The example given as arguments, then one per `texts_file` line; a blank line is an
+    example with empty fields (a "no prediction" row, the file goes on)."""
+    other = [k for k in raw if k not in fields]
+    if other:
         raise ConfigError(
-            "this run's DataModule takes no raw inputs (raw_fields is empty): predict needs text models"
+            f"{', '.join(f'{k}=' for k in other)} {'does' if len(other) == 1 else 'do'} not "
+            f"apply: model={model_name} reads {', '.join(f'{f}=' for f in fields)} (give "
+            f"{' '.join(f'{f}=...' for f in fields)} or texts_file=<file>)"
         )
     examples = []
-    if any(f in raw for f in fields):
+    if raw:
         missing = [f for f in fields if f not in raw]
         if missing:
             raise ConfigError(
@@ -91,10 +176,11 @@ def read_examples(
         examples.append({f: raw[f] for f in fields})
     if cfg.texts_file is not None:
         path = Path(cfg.texts_file).expanduser()
-        if not path.is_file():
-            raise ConfigError(f"texts_file={path} does not exist")
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            parts = line.split("\t") if len(fields) > 1 else [line]
+        for number, line in enumerate(read_lines(path), 1):
+            if not line.strip():
+                parts = [""] * len(fields)
+            else:
+                parts = line.split("\t") if len(fields) > 1 else [line]
             if len(parts) != len(fields):
                 raise ConfigError(
                     f"{path}:{number}: {len(parts)} tab-separated field(s), expected {len(fields)} ({', '.join(fields)})"
@@ -108,14 +194,18 @@ def read_examples(
 
 
 def predict(cfg: DictConfig, raw: dict[str, str]) -> list[dict]:
-    datamodule, model, run_dir, ckpt = load_predictor(cfg)
-    examples = read_examples(cfg, raw, datamodule.raw_fields)
+    check_settings(cfg)
+    given_dir = cfg.out_dir is not None
     out_dir = (
-        Path(cfg.out_dir)
-        if cfg.out_dir
-        else Path(cfg.paths.log_dir) / "predictions" / new_run_name()
+        Path(cfg.out_dir) if given_dir else Path(cfg.paths.log_dir) / "predictions" / new_run_name()
     )
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_out_dir(out_dir)
+    run_cfg, choices, run_dir, ckpt = load_run(cfg.ckpt_path, list(cfg.overrides))
+    check_config(run_cfg, choices)
+    model_name = choices.get("model")
+    examples = read_examples(cfg, raw, raw_fields_of(run_cfg, model_name), model_name)
+    datamodule, model = load_predictor(run_cfg, run_dir, ckpt, cfg.device)
+    out_dir.mkdir(parents=True, exist_ok=given_dir)  # the default one is always new
     results = [{"input": ex, "problem": datamodule.check_raw(ex)} for ex in examples]
     valid = [i for i, r in enumerate(results) if r["problem"] is None]
     for start in range(0, len(valid), cfg.batch_size):
@@ -143,7 +233,7 @@ def predict(cfg: DictConfig, raw: dict[str, str]) -> list[dict]:
                     str(f) for f in files if stems[row] is not None and f.stem == stems[row].name
                 ],
             )
-    with open(out_dir / "predictions.jsonl", "w", encoding="utf-8") as f:
+    with open(out_dir / PREDICTIONS_FILE, "w", encoding="utf-8") as f:
         for r in results:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
     log.info("checkpoint %s (run %s); outputs in %s", ckpt, run_dir, out_dir)
@@ -165,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(levelname)s] %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else argv
     try:
-        raw, overrides = split_args(argv, ("text", "text_a", "text_b"))
+        raw, overrides = split_args(argv, RAW_KEYS)
         cfg = compose_predict_cfg(overrides)
         results = predict(cfg, raw)
     except ConfigError as err:
@@ -173,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for result in results:
         print(format_result(result))
+    if all(r["problem"] is not None for r in results):
+        print("error: no input could be classified (why: 'no prediction' above)", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -1,3 +1,5 @@
+import io
+
 import pytest
 import torch
 from lcqmc_data import write_lcqmc
@@ -45,6 +47,38 @@ def test_vocab_file(tmp_path):
     vocab.write_text("[PAD]\n电\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="lacks the special tokens"):
         PairTokenizer.from_vocab_file(vocab)
+
+
+def test_typed_special_tokens_are_plain_text(tmp_path):
+    tok = PairTokenizer.from_texts(["电脑[录像]", "sep cls pad unk"])
+    ids, _ = tok.encode_pairs(["电[SEP][CLS]"], ["脑[PAD][UNK]"], 32)
+    assert tok.ids_to_tokens(ids[0]) == (
+        ["[CLS]", "电", "[", "sep", "]", "[", "cls", "]", "[SEP]"]
+        + ["脑", "[", "pad", "]", "[", "unk", "]", "[SEP]"]
+    )
+    tok.save(tmp_path / "tokenizer.json")  # a saved tokenizer reloads with the same behaviour
+    again = PairTokenizer.load(tmp_path / "tokenizer.json")
+    assert again.encode_pairs(["电[SEP][CLS]"], ["脑[PAD][UNK]"], 32)[0] == ids
+    assert again.fingerprint() == tok.fingerprint()  # encoding caches keep their keys
+
+
+def test_plot_pair_attention_draws_dollar_signs_literally():
+    from attnexp.viz.pairs import plot_pair_attention
+
+    tokens = ["[CLS]", "$$", "$5-$10", "[SEP]"]
+    figure = plot_pair_attention(tokens, [torch.softmax(torch.randn(1, 4, 4), -1)])
+    figure.savefig(io.BytesIO(), format="png")  # "$$" is an empty formula to mathtext
+    (ax,) = figure.axes
+    assert [t.get_text() for t in ax.get_xticklabels()] == tokens
+    assert not any(t.get_parse_math() for t in ax.get_xticklabels() + ax.get_yticklabels())
+
+
+def test_non_utf8_file_names_file_and_encoding(tmp_path):
+    folder = write_lcqmc(tmp_path / "data", {"dev": 20, "test": 5})
+    text = (folder / "dev.tsv").read_text(encoding="utf-8")
+    (folder / "dev.tsv").write_bytes(text.encode("gbk"))
+    with pytest.raises(ConfigError, match=r"dev.tsv is not UTF-8 .*must be UTF-8"):
+        make_dm(tmp_path).setup()
 
 
 def make_dm(tmp_path, **kwargs) -> LCQMCDataModule:
@@ -127,7 +161,7 @@ def test_batches_cache_and_artifacts(tmp_path):
     assert loaded.model_kwargs["vocab_size"] == dm.tokenizer.vocab_size
 
 
-def test_raw_inputs_for_predict(tmp_path):
+def test_raw_inputs_for_predict(tmp_path, monkeypatch):
     write_lcqmc(tmp_path / "data")
     dm = make_dm(tmp_path, max_seq_len=12)
     dm.setup()
@@ -144,15 +178,13 @@ def test_raw_inputs_for_predict(tmp_path):
     assert batch["input_ids"].shape == (2, 12) and batch["mask"].sum(1).tolist() == [12, 5]
     assert dm.prediction_label(1) == "similar" and dm.prediction_label(0) == "not similar"
     attention = [torch.softmax(torch.randn(2, 2, 12, 12), -1)]
+    monkeypatch.chdir(tmp_path)
     files = dm.prediction_figures(
-        batch,
-        torch.tensor([[0.3, 0.7], [0.6, 0.4]]),
-        attention,
-        [tmp_path / "ex0", tmp_path / "ex1"],
+        batch, torch.tensor([[0.3, 0.7], [0.6, 0.4]]), attention, [tmp_path / "ex0", None]
     )
-    assert [f.name for f in files] == ["ex0.png", "ex1.png"] and all(
-        f.stat().st_size > 0 for f in files
-    )
+    assert [f.name for f in files] == ["ex0.png", "ex0.html"]
+    assert all(f.stat().st_size > 0 for f in files) and not list(tmp_path.glob("None*"))
+    assert "layer 1 head 2" in (tmp_path / "ex0.html").read_text(encoding="utf-8")
 
 
 def test_probe_batch_and_attention_figures(tmp_path):

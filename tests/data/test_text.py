@@ -1,4 +1,8 @@
+import io
+
 import pytest
+import torch
+from tokenizers import Tokenizer
 
 from attnexp.data.text import (
     PAD,
@@ -87,3 +91,27 @@ def test_head_tail_truncation():
     assert truncate(ids[:3], 5, "head_tail") == [0, 1, 2]
     with pytest.raises(ConfigError, match="data.truncation"):
         truncate(ids, 4, "middle")
+
+
+def test_typed_special_tokens_are_plain_words(tmp_path):
+    tok = train_word_tokenizer([*TEXTS, "pad unk [ ]"], vocab_size=100, min_frequency=1)
+    typed = "great [PAD] [UNK] film"
+    assert tok.encode(typed).tokens == ["great", "[", "pad", "]", "[", "unk", "]", "film"]
+    save_tokenizer(tok, tmp_path)
+    earlier = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))  # as saved by earlier runs
+    loaded = load_tokenizer(tmp_path)
+    assert PAD_ID in earlier.encode(typed).ids and PAD_ID not in loaded.encode(typed).ids
+    # normal text keeps its ids, and the cache keys stay the same
+    assert encode_texts(loaded, TEXTS, 50) == encode_texts(earlier, TEXTS, 50)
+    assert tokenizer_hash(loaded) == tokenizer_hash(earlier)
+
+
+def test_token_heatmap_draws_dollar_signs_literally():
+    from attnexp.viz.text import token_heatmap
+
+    tokens = ["worth", "$$", "$5-$10", "$x$"]
+    figure = token_heatmap([tokens], torch.rand(1, 4), ["$$ row"])
+    figure.savefig(io.BytesIO(), format="png")  # "$$" is an empty formula to mathtext
+    (ax,) = figure.axes
+    assert [t.get_text() for t in ax.texts] == tokens
+    assert not any(t.get_parse_math() for t in [*ax.texts, *ax.get_yticklabels()])

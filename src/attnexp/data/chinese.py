@@ -4,7 +4,8 @@ Each CJK character is one token; runs of ASCII letters/digits stay whole ("iphon
 any other non-space character (punctuation, emoji) is one token. Text is NFKC-normalised (full-width
 "？" -> "?", full-width digits -> ASCII) and lower-cased. A pair is encoded as
 `[CLS] a [SEP] b [SEP]` with segment ids 0 for `[CLS] a [SEP]` and 1 for `b [SEP]`, truncated
-longest-first to `max_seq_len` tokens.
+longest-first to `max_seq_len` tokens. Only the template inserts special ids: "[SEP]" typed in a
+text is read as the characters "[", "sep", "]".
 """
 
 import logging
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 
+from attnexp.data.text import literal_special_tokens
 from attnexp.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -44,7 +46,7 @@ class PairTokenizer:
             raise ConfigError(
                 f"vocabulary lacks the special tokens {missing} (a vocab needs {list(SPECIAL_TOKENS)})"
             )
-        self.tokenizer = tokenizer
+        self.tokenizer = literal_special_tokens(tokenizer)
         cls_id, sep_id = tokenizer.token_to_id(CLS), tokenizer.token_to_id(SEP)
         tokenizer.post_processor = processors.TemplateProcessing(
             single=f"{CLS}:0 $A:0 {SEP}:0",

@@ -48,6 +48,16 @@ def split_file(folder: Path, split: str) -> Path | None:
 
 def read_pairs(path: Path) -> Pairs:
     """Read a text_a<TAB>text_b<TAB>label file; malformed lines raise naming file and line."""
+    try:
+        return _read_pairs(path)
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"{path} is not UTF-8 ({err.reason}: byte {err.object[err.start : err.end]!r}); LCQMC "
+            f"files must be UTF-8 (convert it, e.g. iconv -f GBK -t UTF-8)"
+        ) from None
+
+
+def _read_pairs(path: Path) -> Pairs:
     texts_a, texts_b, labels = [], [], []
     with open(path, encoding="utf-8-sig") as handle:
         for number, line in enumerate(handle, start=1):
@@ -401,23 +411,36 @@ class LCQMCDataModule(AttnDataModule):
         return LABEL_NAMES[class_index]
 
     def prediction_figures(
-        self, batch: dict, probs: torch.Tensor, attention, out_stems: list[Path]
+        self, batch: dict, probs: torch.Tensor, attention, out_stems: list[Path | None]
     ) -> list[Path]:
-        """One PNG per pair: layers x heads heatmaps over its tokens."""
+        """Per pair: a PNG of layers x heads heatmaps over its tokens, and an HTML page of the
+        attention each token receives (per layer and head)."""
         from attnexp.viz.pairs import plot_pair_attention
+        from attnexp.viz.text import save_token_html, token_weights
 
         if attention is None:
             return []
+        received = {  # named as in the PNG's panels
+            f"layer {layer + 1} head {head + 1}": weights
+            for layer, maps in enumerate(attention)
+            for head, weights in enumerate(token_weights(maps, batch["mask"]).values())
+        }
         written = []
         for b, stem in enumerate(out_stems):
+            if stem is None:
+                continue
             length = int(batch["mask"][b].sum())
             tokens = self.ensure_tokenizer().ids_to_tokens(batch["input_ids"][b, :length].tolist())
             maps = [layer[b, :, :length, :length] for layer in attention]
-            figure = plot_pair_attention(tokens, maps, f"p(similar)={float(probs[b, 1]):.2f}")
-            path = Path(f"{stem}.png")
-            figure.savefig(path, dpi=100)
+            title = f"p(similar)={float(probs[b, 1]):.2f}"
+            figure = plot_pair_attention(tokens, maps, title)
+            figure.savefig(stem.with_suffix(".png"), dpi=100)
             plt.close(figure)
-            written.append(path)
+            per_view = {view: w[b, :length] for view, w in received.items()}
+            written += [
+                stem.with_suffix(".png"),
+                save_token_html(tokens, per_view, title, stem.with_suffix(".html")),
+            ]
         return written
 
     def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor] | None:

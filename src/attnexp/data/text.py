@@ -45,6 +45,14 @@ def normalize_text(text: str, lowercase: bool = True, strip_html_breaks: bool = 
     return text_normalizer(lowercase, strip_html_breaks).normalize_str(text)
 
 
+def literal_special_tokens(tokenizer: Tokenizer) -> Tokenizer:
+    """Make "[PAD]", "[UNK]", ... typed in a text plain characters, never special ids (only the
+    code inserts those). Ids of other text are unchanged. The setting is not part of
+    `tokenizer.json` (nor of `tokenizer_hash`), so every tokenizer built or loaded gets it here."""
+    tokenizer.encode_special_tokens = True
+    return tokenizer
+
+
 def train_tokenizer(
     texts: Iterable[str],
     pre_tokenizer: pre_tokenizers.PreTokenizer,
@@ -74,7 +82,7 @@ def train_tokenizer(
     tokenizer.train_from_iterator(texts, trainer)
     if tokenizer.token_to_id(PAD) != PAD_ID or tokenizer.token_to_id(UNK) != UNK_ID:
         raise RuntimeError("special tokens did not get ids 0 and 1")
-    return tokenizer
+    return literal_special_tokens(tokenizer)
 
 
 # How a normalised text is cut into words before the vocabulary lookup.
@@ -125,9 +133,10 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
             f"set data.tokenizer_path=<run dir or file>)"
         )
     try:
-        return Tokenizer.from_file(str(path))
+        tokenizer = Tokenizer.from_file(str(path))
     except Exception as err:  # tokenizers raises a bare Exception on bad JSON
         raise ConfigError(f"{path} is not a valid tokenizer file ({err})") from err
+    return literal_special_tokens(tokenizer)
 
 
 def tokenizer_hash(tokenizer: Tokenizer) -> str:

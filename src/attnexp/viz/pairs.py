@@ -105,8 +105,10 @@ def plot_pair_attention(
             )  # per-head scale: contrast
             ax.set_xticks(range(T))
             ax.set_yticks(range(T))
-            ax.set_xticklabels(labels, fontproperties=font, fontsize=size, rotation=90)
-            ax.set_yticklabels(labels, fontproperties=font, fontsize=size)
+            # parse_math=False: a token such as "$$" is text, not a mathtext formula.
+            text = {"fontproperties": font, "fontsize": size, "parse_math": False}
+            ax.set_xticklabels(labels, rotation=90, **text)
+            ax.set_yticklabels(labels, **text)
             ax.set_title(f"layer {layer + 1} head {head + 1}", fontsize=8)
     if title:
         fig.suptitle(title, fontproperties=font, fontsize=10)

@@ -68,10 +68,11 @@ def token_heatmap(
             grid[ids] = grid[ids] / peak
     fig, ax = plt.subplots(figsize=(0.85 * num_cols + 2.2, 0.32 * len(lines) + 0.7))
     ax.imshow(grid, cmap="Reds", vmin=0.0, vmax=1.4, aspect="auto")
+    # parse_math=False: a token such as "$$" or "$5-$10" is text, not a mathtext formula.
     for i, (_, _, chunk, _) in enumerate(lines):
         for j, token in enumerate(chunk):
-            ax.text(j, i, token[:14], ha="center", va="center", fontsize=7)
-    ax.set_yticks(range(len(lines)), [line[1] for line in lines], fontsize=7)
+            ax.text(j, i, token[:14], ha="center", va="center", fontsize=7, parse_math=False)
+    ax.set_yticks(range(len(lines)), [line[1] for line in lines], fontsize=7, parse_math=False)
     ax.set_xticks([])
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
