@@ -12,6 +12,8 @@ group options were chosen) and `checkpoints/*.ckpt`.
 import json
 import logging
 import pickle
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -32,6 +34,18 @@ def given_ckpt_path(cfg: DictConfig) -> str:
     if OmegaConf.is_missing(cfg, "ckpt_path"):
         raise ConfigError("ckpt_path is missing: give ckpt_path=<a run dir or a .ckpt file>")
     return str(cfg.ckpt_path)
+
+
+@contextmanager
+def run_settings_hint(command: str) -> Iterator[None]:
+    """Errors about the run's settings name them as `data.x=...`; on evaluate's and predict's
+    command lines such a setting goes inside `overrides=[...]`."""
+    try:
+        yield
+    except ConfigError as err:
+        raise ConfigError(
+            f'{err} ({command} takes run settings as overrides=["key=value"])'
+        ) from err
 
 
 def read_record(run_dir: str | Path) -> dict:

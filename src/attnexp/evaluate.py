@@ -15,7 +15,14 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from attnexp.build import build, check_data_dir, given
-from attnexp.checkpoints import given_ckpt_path, load_run, load_weights, read_record, read_weights
+from attnexp.checkpoints import (
+    given_ckpt_path,
+    load_run,
+    load_weights,
+    read_record,
+    read_weights,
+    run_settings_hint,
+)
 from attnexp.config import register_resolvers
 from attnexp.errors import ConfigError, exit_with
 from attnexp.runs import RunRecord, override_key
@@ -69,12 +76,8 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
         seed = cfg.seed if cfg.seed is not None else run_cfg.get("seed")
         if seed is not None:
             pl.seed_everything(seed, workers=True)
-        try:
+        with run_settings_hint("evaluate"):
             datamodule, task = build(run_cfg, choices, artifacts_dir=str(run_dir))
-        except ConfigError as err:
-            raise ConfigError(
-                f'{err} (evaluate takes run settings as overrides=["key=value"])'
-            ) from err
         record.update(data_source=datamodule.source, choices=choices)
         check_same_data(datamodule.source, run_record, run_cfg, overrides)
         if datamodule.source == "sample":

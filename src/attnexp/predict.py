@@ -25,7 +25,7 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig
 
 from attnexp.build import build_model, check_config, instantiate_checked
-from attnexp.checkpoints import given_ckpt_path, load_run, load_weights
+from attnexp.checkpoints import given_ckpt_path, load_run, load_weights, run_settings_hint
 from attnexp.config import register_resolvers
 from attnexp.data.base import AttnDataModule
 from attnexp.errors import ConfigError, require_positive
@@ -204,7 +204,8 @@ def predict(cfg: DictConfig, raw: dict[str, str]) -> list[dict]:
     check_config(run_cfg, choices)
     model_name = choices.get("model")
     examples = read_examples(cfg, raw, raw_fields_of(run_cfg, model_name), model_name)
-    datamodule, model = load_predictor(run_cfg, run_dir, ckpt, cfg.device)
+    with run_settings_hint("predict"):
+        datamodule, model = load_predictor(run_cfg, run_dir, ckpt, cfg.device)
     out_dir.mkdir(parents=True, exist_ok=given_dir)  # the default one is always new
     results = [{"input": ex, "problem": datamodule.check_raw(ex)} for ex in examples]
     valid = [i for i, r in enumerate(results) if r["problem"] is None]
