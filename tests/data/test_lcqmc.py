@@ -36,6 +36,10 @@ def test_pair_encoding_segments_and_truncation():
     assert tok.ids_to_tokens(ids[0]) == ["[CLS]", "电", "脑", "[SEP]", "录", "像", "[SEP]"]
     ids, _ = tok.encode_pairs([""], [""], max_seq_len=7)
     assert tok.ids_to_tokens(ids[0]) == ["[CLS]", "[SEP]", "[SEP]"]
+    ids, _ = tok.encode_pairs(["电脑"], ["录像视频"], max_seq_len=5)  # the shortest: a token each
+    assert tok.ids_to_tokens(ids[0]) == ["[CLS]", "电", "[SEP]", "录", "[SEP]"]
+    with pytest.raises(ConfigError, match=r"data.max_seq_len=4 leaves no room .* \(set >= 5\)"):
+        tok.encode_pairs(["电脑"], ["录像视频"], max_seq_len=4)
 
 
 def test_vocab_file(tmp_path):
@@ -47,6 +51,13 @@ def test_vocab_file(tmp_path):
     vocab.write_text("[PAD]\n电\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="lacks the special tokens"):
         PairTokenizer.from_vocab_file(vocab)
+    for text, problem in (
+        ("[PAD]\n\n电\n", ":2 holds a blank line"),
+        ("电\n脑\n电\n", ":3 holds '电' again"),
+    ):
+        vocab.write_text(text, encoding="utf-8")  # ids are line numbers: no gaps, no repeats
+        with pytest.raises(ConfigError, match=problem):
+            PairTokenizer.from_vocab_file(vocab)
 
 
 def test_typed_special_tokens_are_plain_text(tmp_path):

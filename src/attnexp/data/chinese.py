@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 PAD, UNK, CLS, SEP = "[PAD]", "[UNK]", "[CLS]", "[SEP]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP)
+MIN_PAIR_LEN = 5  # [CLS] a [SEP] b [SEP] with at least one token of each text
 # CJK unified ideographs (+ extension A, compatibility), then ASCII words/numbers, then any other char.
 TOKEN_PATTERN = r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]|[A-Za-z0-9]+|\S"
 
@@ -35,6 +36,14 @@ def _base_tokenizer(vocab: dict[str, int]) -> Tokenizer:
         ]
     )
     return tokenizer
+
+
+def check_pair_len(max_seq_len: int) -> None:
+    if max_seq_len < MIN_PAIR_LEN:
+        raise ConfigError(
+            f"data.max_seq_len={max_seq_len} leaves no room for [CLS] a [SEP] b [SEP] with a "
+            f"token of each text (set >= {MIN_PAIR_LEN})"
+        )
 
 
 class PairTokenizer:
@@ -79,9 +88,17 @@ class PairTokenizer:
             raise ConfigError(
                 f"vocab file {path} does not exist (set data.vocab_file=... or null to build one)"
             )
+        lines = path.read_text(encoding="utf-8").removesuffix("\n").split("\n")
         vocab: dict[str, int] = {}
-        for token in path.read_text(encoding="utf-8").splitlines():
-            vocab.setdefault(token.strip(), len(vocab))
+        for number, token in enumerate((line.strip() for line in lines), start=1):
+            if not token or token in vocab:
+                what = f"{token!r} again (line {vocab[token] + 1})" if token else "a blank line"
+                raise ConfigError(
+                    f"vocab file {path}:{number} holds {what}: each line is one token, its id the "
+                    f"line number, so a token may appear once (fix the file or set "
+                    f"data.vocab_file=null to build a vocab)"
+                )
+            vocab[token] = number - 1
         return cls(_base_tokenizer(vocab))
 
     @classmethod
@@ -109,11 +126,8 @@ class PairTokenizer:
     def encode_pairs(
         self, texts_a: Sequence[str], texts_b: Sequence[str], max_seq_len: int
     ) -> tuple[list[list[int]], list[list[int]]]:
-        """-> (token ids, segment ids) per pair, each at most max_seq_len long (>= 3: [CLS] [SEP] [SEP])."""
-        if max_seq_len < 3:
-            raise ConfigError(
-                f"data.max_seq_len={max_seq_len} leaves no room for [CLS] a [SEP] b [SEP] (set >= 3)"
-            )
+        """-> (token ids, segment ids) per pair, each at most max_seq_len long."""
+        check_pair_len(max_seq_len)
         self.tokenizer.enable_truncation(max_seq_len, strategy="longest_first")
         try:
             encodings = self.tokenizer.encode_batch(list(zip(texts_a, texts_b, strict=True)))

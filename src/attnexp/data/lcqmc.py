@@ -14,6 +14,7 @@ validate on the rest (split with the fixed `split_seed`), test on the official t
 
 import hashlib
 import logging
+import os
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -23,7 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from attnexp.data.base import AttnDataModule
 from attnexp.data.batching import bucket_batch_sampler, check_epoch_order, pad_sequences
-from attnexp.data.chinese import PairTokenizer
+from attnexp.data.chinese import PairTokenizer, check_pair_len
 from attnexp.data.sources import hub_offline, resolve
 from attnexp.errors import ConfigError, require_positive
 
@@ -168,10 +169,7 @@ class LCQMCDataModule(AttnDataModule):
             ("min_frequency", min_frequency),
         ):
             require_positive(f"data.{key}", value)
-        if max_seq_len < 3:
-            raise ConfigError(
-                f"data.max_seq_len={max_seq_len} leaves no room for [CLS] a [SEP] b [SEP] (set >= 3)"
-            )
+        check_pair_len(max_seq_len)
         self.data_dir, self.source_request, self.train_split = Path(data_dir), source, train_split
         self.val_fraction, self.split_seed, self.max_seq_len = val_fraction, split_seed, max_seq_len
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
@@ -279,14 +277,14 @@ class LCQMCDataModule(AttnDataModule):
         if cache is not None:
             cache.parent.mkdir(parents=True, exist_ok=True)
             # Flat tensors: one pickle of 20k small tensors loads ~100x slower.
-            torch.save(
-                {
-                    "ids": torch.cat(ids),
-                    "segments": torch.cat(segments),
-                    "lengths": torch.tensor([len(t) for t in ids]),
-                },
-                cache,
-            )
+            flat = {
+                "ids": torch.cat(ids),
+                "segments": torch.cat(segments),
+                "lengths": torch.tensor([len(t) for t in ids]),
+            }
+            partial = cache.with_suffix(f".tmp{os.getpid()}")
+            torch.save(flat, partial)
+            partial.replace(cache)  # atomic: a run started meanwhile never reads half a file
         return PairDataset(ids, segments, torch.tensor(pairs[2]))
 
     def setup(self, stage: str | None = None) -> None:
