@@ -47,6 +47,9 @@ def test_cli_run_writes_a_complete_run_dir(finished_run):
     ):
         assert 0.0 <= record["metrics"][key] <= 1.0, key
     assert any("sample" in w for w in record["warnings"])
+    # val/* are those of the tested (best) checkpoint; the last validation's are val/*_last
+    assert record["metrics"]["val/acc"] == record["metrics"]["val/acc_best"]
+    assert {"val/acc_last", "val/loss_last", "val/f1_last"} <= record["metrics"].keys()
     assert (run_dir / "checkpoints" / "last.ckpt").is_file() and (
         run_dir / record["best_ckpt"]
     ).is_file()
@@ -132,6 +135,7 @@ def test_resume_auto_then_a_run_dir(finished_run):
     assert record["status"] == "completed" and record["resumed_from_attempt"] == 2
     assert [h["epoch"] for h in record["history"]] == [0, 1]  # continued, not restarted
     assert record["history"][1]["step"] == 2 * record["history"][0]["step"]
+    assert record["metrics"]["val/acc"] == record["metrics"]["val/acc_best"]
     assert {p.name: p.read_text() for p in (run_dir / ".hydra").glob("*.yaml")} == hydra_before
     assert len(list((run_dir / ".hydra").glob("resume_*"))) == 2  # each attempt's own overrides
     assert len(list((run_dir / "tb").glob("events.out.tfevents.*"))) > 1  # same dashboard dir
@@ -177,6 +181,25 @@ def test_a_finished_run_is_never_overwritten(finished_run):
     assert evaluation.returncode == 2 and "lies inside the run" in evaluation.stderr
     assert "resume=" not in evaluation.stderr  # evaluate has no resume
     assert snapshot(run_dir) == before
+
+
+def test_without_checkpoints_and_with_sparse_validation(tmp_path):
+    """callbacks=none: no checkpoint, the final weights are tested; an epoch without a
+    validation has no val/* in its history row."""
+    result = run_cli(
+        tmp_path,
+        *TINY,
+        "callbacks=none",
+        "trainer.max_epochs=2",
+        "trainer.check_val_every_n_epoch=2",
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
+    record = read(run_dir / "metrics.json")
+    assert record["status"] == "completed" and "test/acc" in record["metrics"]
+    assert not list(run_dir.rglob("*.ckpt"))
+    first, second = record["history"]
+    assert not [k for k in first if k.startswith("val/")] and "val/acc" in second
 
 
 def test_resume_auto_without_an_earlier_run_starts_one(tmp_path):

@@ -191,6 +191,7 @@ class RunRecord:
             "status": "running",
             "metrics": {},
             "history": [],
+            "validations": [],
             "data_source": None,
             "device": None,
             "seed": seed,
@@ -211,8 +212,10 @@ class RunRecord:
             attempt = 1 + len(list(self.path.parent.glob("metrics.attempt*.json")))
             earlier = self.path.rename(self.path.with_name(f"metrics.attempt{attempt}.json"))
             self.data["resumed_from_attempt"] = attempt
-            try:  # the epochs before the interruption stay in the history
-                self.data["history"] = list(json.loads(earlier.read_text()).get("history", []))
+            try:  # the epochs and validations before the interruption stay in the record
+                before = json.loads(earlier.read_text())
+                for key in ("history", "validations"):
+                    self.data[key] = list(before.get(key, []))
             except (OSError, ValueError) as err:
                 log.warning("could not read the history of %s: %s", earlier, err)
         self.save()

@@ -85,7 +85,16 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     loggers = (
         [instantiate(c) for c in cfg.logger.values() if c is not None] if cfg.get("logger") else []
     )
-    trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
+    # Without a configured ModelCheckpoint, Lightning would add one that monitors nothing (so has
+    # no best checkpoint) and writes into the logger's dir: no checkpoints then.
+    checkpointing = (
+        {}
+        if any(isinstance(c, ModelCheckpoint) for c in callbacks)
+        else {"enable_checkpointing": False}
+    )
+    trainer: pl.Trainer = instantiate(
+        cfg.trainer, callbacks=callbacks, logger=loggers, **checkpointing
+    )
     record.update(device=device_name(trainer))
 
     # resume=auto that found no earlier run starts afresh in a new dir, without a checkpoint.
@@ -95,12 +104,13 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     if resume_ckpt is not None:
         log.info("resuming from %s", resume_ckpt)
     trainer.fit(task, datamodule=datamodule, ckpt_path=resume_ckpt)
-    record.reload("history")  # ddp_spawn: the epochs were recorded by the rank-0 worker process
+    record.reload("history", "validations")  # ddp_spawn: the rank-0 worker recorded them
     metrics = scalar_metrics(trainer.callback_metrics)
 
     checkpoint = trainer.checkpoint_callback
     best = checkpoint.best_model_path if checkpoint is not None else ""
     if best:
+        metrics = with_val_of(metrics, validation_at(record, checkpoint_step(best)), record)
         metrics[f"{checkpoint.monitor}_best"] = best_score(checkpoint, best)
         record.update(
             best_ckpt=str(Path(best).relative_to(run_dir))
@@ -124,6 +134,28 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         final = {f"final/{k}": v for k, v in metrics.items() if k.startswith(("val/", "test/"))}
         tb_logger.log_hyperparams(flatten_hparams(hparams), metrics=final)
     return metrics
+
+
+def checkpoint_step(path: str) -> int:
+    """The global step a Lightning checkpoint was saved at (memory-mapped: reads little)."""
+    return int(torch.load(path, map_location="cpu", weights_only=False, mmap=True)["global_step"])
+
+
+def validation_at(record: RunRecord, step: int) -> dict | None:
+    """val/* of the validation at global step `step` (the last one there), from the record."""
+    rows = [row for row in record.data["validations"] if row["step"] == step]
+    return {k: v for k, v in rows[-1].items() if k.startswith("val/")} if rows else None
+
+
+def with_val_of(metrics: dict, best_val: dict | None, record: RunRecord) -> dict:
+    """val/* of the tested (best) checkpoint, and the last validation's as val/*_last; after fit,
+    `callback_metrics` holds the last validation's only."""
+    last = {f"{k}_last": v for k, v in metrics.items() if k.startswith("val/")}
+    rest = {k: v for k, v in metrics.items() if not k.startswith("val/")}
+    if best_val is None:
+        record.warn("no validation recorded at the best checkpoint's step: only val/*_last")
+        best_val = {}
+    return {**rest, **best_val, **last}
 
 
 def best_score(checkpoint: ModelCheckpoint, best_path: str) -> float:

@@ -120,6 +120,8 @@ def test_config_errors():
         LSTMMean(V, 2, linear_init="paddle")
     with pytest.raises(ConfigError, match="model.query_init"):
         LSTMAttention(V, 2, scorer=DotScorer, query_init="zeros")
+    with pytest.raises(ConfigError, match=r"std 0.034: the positions would drown the words"):
+        LSTMSelfAttention(1720, 2, heads=2, use_lstm=False, embed_dim=8, embed_init="xavier")
     with pytest.raises(ConfigError, match="max_seq_len"):
         LSTMSelfAttention(V, 2, heads=2, use_lstm=False, embed_dim=8, max_seq_len=3)(
             torch.ones(1, 5, dtype=torch.long), torch.ones(1, 5, dtype=torch.bool)
@@ -139,7 +141,11 @@ FDR_RUNS = {
     "lstm_mean": [],
     "lstm_attn": ["scorer=bilinear"],
     "lstm_mhsa": ["model.heads=4"],
-    "lstm_mhsa_simple_no_lstm": ["model.attention=simple", "model.use_lstm=false"],
+    "lstm_mhsa_simple_no_lstm": [
+        "model.attention=simple",
+        "model.use_lstm=false",
+        "model.embed_init=normal",
+    ],
 }
 
 

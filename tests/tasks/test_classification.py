@@ -1,8 +1,12 @@
+import functools
+
+import pytest
 import pytorch_lightning as pl
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from attnexp.errors import ConfigError
 from attnexp.tasks import ClassificationTask
 
 
@@ -99,3 +103,15 @@ def test_history_rows_hold_their_own_epoch(tmp_path):
     assert [r["epoch"] for r in rows] == [0, 1, 2]
     assert [r["train/acc"] for r in rows] == seen
     assert len(set(seen)) > 1  # the model learns: a stale row would repeat a value
+
+
+def test_weight_decay_has_one_setting():
+    """The parameter groups carry task.weight_decay, which would silently replace an
+    optimizer.weight_decay: that one is refused, naming the setting to use."""
+    adamw = functools.partial(torch.optim.AdamW, lr=1e-3, weight_decay=0.05)
+    with pytest.raises(ConfigError, match=r"optimizer.weight_decay=0.05 .* task.weight_decay=0.05"):
+        ClassificationTask(Linear(), 3, adamw)
+    task = ClassificationTask(
+        Linear(), 3, functools.partial(torch.optim.AdamW, lr=1e-3), weight_decay=0.05
+    )
+    assert [g["weight_decay"] for g in task.configure_optimizers().param_groups] == [0.05, 0.0]

@@ -1,5 +1,6 @@
 """Bags of MNIST digits: a bag of T digit images, labelled by a rule over its digits."""
 
+import itertools
 import logging
 from pathlib import Path
 
@@ -175,6 +176,16 @@ class BagMNISTDataModule(AttnDataModule):
         pool, bags = self._fixed_bags(split, min_size, max_size, seed_offset, self.batch_size)
         return bag_loader(pool, bags, self.num_workers)
 
+    def _fit_loader(self, pool: BagPool, bags: FixedBags | RandomBags) -> DataLoader:
+        """Training/validation batches. Under trainer.overfit_batches Lightning replaces every
+        sampler but a sequential one by SequentialSampler(dataset), which a bag pool cannot read:
+        then the first batches are drawn once and handed over as a list, in order."""
+        overfit = self.trainer.overfit_batches if self.trainer is not None else 0
+        if not overfit:
+            return bag_loader(pool, bags, self.num_workers)
+        count = int(overfit) if overfit >= 1 else len(bags)
+        return DataLoader([pool[b] for b in itertools.islice(bags, count)], batch_size=None)
+
     def train_dataloader(self) -> DataLoader:
         images, labels = self.splits["train"]
         num_bags = self.num_train_bags if self.num_train_bags is not None else len(images)
@@ -189,10 +200,12 @@ class BagMNISTDataModule(AttnDataModule):
         bags = RandomBags(
             len(images), num_bags, min_size, self.bag_size, self.batch_size, self.seed * 1000
         )
-        return bag_loader(BagPool(images, labels, self.label_rule), bags, self.num_workers)
+        return self._fit_loader(BagPool(images, labels, self.label_rule), bags)
 
     def val_dataloader(self) -> DataLoader:
-        return self._eval_loader("val", self.bag_size, self.bag_size, 1)
+        return self._fit_loader(
+            *self._fixed_bags("val", self.bag_size, self.bag_size, 1, self.batch_size)
+        )
 
     def test_dataloader(self) -> list[DataLoader]:
         sets = [self._eval_loader("test", self.bag_size, self.bag_size, 2)]
@@ -202,10 +215,13 @@ class BagMNISTDataModule(AttnDataModule):
         return sets
 
     def on_after_batch_transfer(self, batch: dict, dataloader_idx: int) -> dict:
-        """uint8 (B, T, S, S) -> normalised float (B, T, 1, S, S), padded slots zero; on the device."""
+        """uint8 (B, T, S, S) -> normalised float (B, T, 1, S, S), padded slots zero; on the device,
+        in the model's dtype (bf16 under trainer.precision=bf16-true)."""
         items = (batch["items"].float() / 255.0 - MNIST_MEAN) / MNIST_STD
         items = items * batch["mask"][:, :, None, None]
-        return {**batch, "items": items.unsqueeze(2)}
+        module = self.trainer.lightning_module if self.trainer is not None else None
+        dtype = module.dtype if module is not None else torch.float32
+        return {**batch, "items": items.unsqueeze(2).to(dtype)}
 
     def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor]:
         min_size = self.min_bag_size if self.variable else self.bag_size

@@ -187,6 +187,13 @@ class LSTMSelfAttention(_TextClassifier):
                 f"model.attention '{attention}' is not one of {', '.join(SELF_ATTENTIONS)} "
                 f"(set model.attention=...)"
             )
+        if not use_lstm and embed_init == "xavier":
+            std = (2 / (vocab_size + embed_dim)) ** 0.5
+            raise ConfigError(
+                f"model.use_lstm=false adds sinusoidal positions (std ~0.7) to the embeddings, and "
+                f"model.embed_init=xavier starts these at std {std:.3f}: the positions would drown "
+                f"the words (set model.embed_init=normal)"
+            )
         self.use_lstm = use_lstm
         width = self.encoder.output_dim if use_lstm else embed_dim
         if not use_lstm:

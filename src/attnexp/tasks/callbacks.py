@@ -56,12 +56,32 @@ class EpochHistory(pl.Callback):
 
     The task logs an epoch's train metrics in its own `on_train_epoch_end`, which Lightning calls
     after the callbacks' one, so the row of an epoch is written when the next epoch starts (or
-    when training ends), once every metric of the epoch is in `callback_metrics`.
+    when training ends), once every metric of the epoch is in `callback_metrics`. An epoch without
+    a validation (`check_val_every_n_epoch`) gets no val/* in its row, not the last ones again.
+    Every validation's val/* also go to the record's `validations`, with the global step: a
+    checkpoint saved at a validation carries that step, so its validation metrics can be found.
     """
 
     def __init__(self, record) -> None:
         self.record = record
         self.pending: tuple[int, int] | None = None  # (epoch, global step) of an unwritten row
+        self.validated: set[int] = set()  # epochs in which a validation ran
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        self.validated.add(trainer.current_epoch)
+        if not trainer.is_global_zero:
+            return
+        row = {"epoch": trainer.current_epoch, "step": trainer.global_step}
+        row.update(
+            {
+                k: float(v)
+                for k, v in trainer.callback_metrics.items()
+                if k.startswith("val/") and v.numel() == 1
+            }
+        )
+        self.record.update(validations=[*self.record.data["validations"], row])
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.pending = (trainer.current_epoch, trainer.global_step)
@@ -79,5 +99,7 @@ class EpochHistory(pl.Callback):
         # The epoch's validation ran before its end, so val/* of this epoch are here too.
         row = {"epoch": pending[0], "step": pending[1]}
         row.update({k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1})
+        if pending[0] not in self.validated:
+            row = {k: v for k, v in row.items() if not k.startswith("val/")}
         history = [h for h in self.record.data["history"] if h["epoch"] != row["epoch"]]
         self.record.update(history=[*history, row])

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnexp.errors import ConfigError
 from attnexp.tasks.metrics import ClassificationStats
 from attnexp.tasks.optim import param_groups
 
@@ -43,6 +44,12 @@ class ClassificationTask(pl.LightningModule):
         test_set_names: list[str] | tuple[str, ...] = (),
     ) -> None:
         super().__init__()
+        if getattr(optimizer, "keywords", {}).get("weight_decay"):
+            raise ConfigError(
+                f"optimizer.weight_decay={optimizer.keywords['weight_decay']} would be overridden "
+                f"by the parameter groups, which take their decay from task.weight_decay (matrices "
+                f"only): set task.weight_decay={optimizer.keywords['weight_decay']} instead"
+            )
         self.model = model
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
