@@ -21,7 +21,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from attnexp.errors import ConfigError
-from attnexp.runs import LAST_CKPT, METRICS_FILE, RUN_CONFIG, holds_run
+from attnexp.runs import LAST_CKPT, METRICS_FILE, RUN_CONFIG, run_holding
 
 log = logging.getLogger(__name__)
 
@@ -85,16 +85,16 @@ def find_checkpoint(path: str | Path) -> Path:
 
 
 def run_dir_of(ckpt: str | Path) -> Path:
-    """<run_dir>/checkpoints/<name>.ckpt -> <run_dir>: the nearest parent with the run's config and
-    its record or checkpoints (not a folder some later command wrote a config into)."""
+    """<run_dir>/checkpoints/<name>.ckpt -> <run_dir>: the run holding the checkpoint, with its
+    config (not a folder some later command wrote a config into)."""
     ckpt = Path(ckpt).resolve()
-    for parent in ckpt.parents:
-        if (parent / CONFIG_FILE).is_file() and holds_run(parent):
-            return parent
-    raise ConfigError(
-        f"ckpt_path={ckpt}: no run config ({CONFIG_FILE}) next to it or above it; the checkpoint "
-        f"must stay inside the run dir that `python -m attnexp` wrote"
-    )
+    run_dir = run_holding(ckpt.parent)
+    if run_dir is None or not (run_dir / CONFIG_FILE).is_file():
+        raise ConfigError(
+            f"ckpt_path={ckpt}: no run config ({CONFIG_FILE}) next to it or above it; the "
+            f"checkpoint must stay inside the run dir that `python -m attnexp` wrote"
+        )
+    return run_dir
 
 
 def apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
