@@ -28,6 +28,7 @@ from attnexp.build import build_model, check_config, instantiate_checked
 from attnexp.checkpoints import given_ckpt_path, load_run, load_weights, run_settings_hint
 from attnexp.config import register_resolvers
 from attnexp.data.base import AttnDataModule
+from attnexp.data.text import read_lines
 from attnexp.errors import ConfigError, require_positive
 from attnexp.runs import new_run_name, run_holding
 
@@ -132,26 +133,14 @@ def load_predictor(
     return datamodule, model.eval().to(device)
 
 
-def read_lines(path: Path) -> list[str]:
-    """A texts_file's lines: UTF-8 (a BOM dropped), split at "\\n" only, so a form feed or U+2028
-    inside an example stays in it; a Windows "\\r" line end is removed."""
+def texts_file_lines(path: Path) -> list[str]:
     if path.is_dir():
         raise ConfigError(
             f"texts_file={path} is a directory (give a file with one example per line)"
         )
     if not path.is_file():
         raise ConfigError(f"texts_file={path} does not exist")
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise ConfigError(
-            f"texts_file={path} is not UTF-8 text ({err.reason} at byte {err.start}); save it "
-            f"as UTF-8"
-        ) from None
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()  # after the final newline
-    return [line.removesuffix("\r") for line in lines]
+    return read_lines(path, "texts_file")
 
 
 def read_examples(
@@ -176,7 +165,7 @@ def read_examples(
         examples.append({f: raw[f] for f in fields})
     if cfg.texts_file is not None:
         path = Path(cfg.texts_file).expanduser()
-        for number, line in enumerate(read_lines(path), 1):
+        for number, line in enumerate(texts_file_lines(path), 1):
             if not line.strip():
                 parts = [""] * len(fields)
             else:

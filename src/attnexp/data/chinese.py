@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 
-from attnexp.data.text import literal_special_tokens
+from attnexp.data.text import literal_special_tokens, read_lines
 from attnexp.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class PairTokenizer:
             raise ConfigError(
                 f"vocab file {path} does not exist (set data.vocab_file=... or null to build one)"
             )
-        lines = path.read_text(encoding="utf-8").removesuffix("\n").split("\n")
+        lines = read_lines(path, "a vocab file")
         vocab: dict[str, int] = {}
         for number, token in enumerate((line.strip() for line in lines), start=1):
             if not token or token in vocab:

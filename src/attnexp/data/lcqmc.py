@@ -26,6 +26,7 @@ from attnexp.data.base import AttnDataModule
 from attnexp.data.batching import bucket_batch_sampler, check_epoch_order, pad_sequences
 from attnexp.data.chinese import PairTokenizer, check_pair_len
 from attnexp.data.sources import hub_offline, resolve
+from attnexp.data.text import not_utf8
 from attnexp.errors import ConfigError, require_positive
 
 log = logging.getLogger(__name__)
@@ -52,10 +53,7 @@ def read_pairs(path: Path) -> Pairs:
     try:
         return _read_pairs(path)
     except UnicodeDecodeError as err:
-        raise ConfigError(
-            f"{path} is not UTF-8 ({err.reason}: byte {err.object[err.start : err.end]!r}); LCQMC "
-            f"files must be UTF-8 (convert it, e.g. iconv -f GBK -t UTF-8)"
-        ) from None
+        raise not_utf8(path, err, "LCQMC files") from None
 
 
 def _read_pairs(path: Path) -> Pairs:

@@ -45,6 +45,24 @@ def normalize_text(text: str, lowercase: bool = True, strip_html_breaks: bool = 
     return text_normalizer(lowercase, strip_html_breaks).normalize_str(text)
 
 
+def not_utf8(path: Path, err: UnicodeDecodeError, what: str) -> ConfigError:
+    return ConfigError(
+        f"{path} is not UTF-8 text ({err.reason} at byte {err.start}): {what} must be UTF-8 "
+        f"(convert it, e.g. iconv -f GBK -t UTF-8)"
+    )
+
+
+def read_lines(path: Path, what: str) -> list[str]:
+    """A text file's lines (`what` names it in errors): UTF-8 with a BOM dropped, split at "\n"
+    only (a form feed or U+2028 stays inside its line), a Windows "\r" line end removed."""
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise not_utf8(path, err, what) from None
+    lines = text.removesuffix("\n").split("\n") if text else []
+    return [line.removesuffix("\r") for line in lines]
+
+
 def literal_special_tokens(tokenizer: Tokenizer) -> Tokenizer:
     """Make "[PAD]", "[UNK]", ... typed in a text plain characters, never special ids (only the
     code inserts those). Ids of other text are unchanged. The setting is not part of
