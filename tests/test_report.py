@@ -2,7 +2,10 @@
 
 import csv
 import json
+import platform
 import statistics
+import subprocess
+import sys
 
 import pytest
 from omegaconf import OmegaConf
@@ -301,3 +304,13 @@ def test_nan_metric_does_not_crash_and_is_counted(tmp_path):
     assert row[3] == f"0.8500 ± {statistics.stdev([0.8, 0.9]):.4f} (+1 NaN/inf)"
     assert report.mean_std([float("nan")]) == "nan"
     assert written["bag_size"].stat().st_size > 1000
+
+
+def test_a_run_whose_process_is_gone_is_marked_killed(tmp_path):
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # its pid now names no process: the run was killed before it could write `failed`
+    here = {"host": platform.node()}
+    write_run(tmp_path, "gone", status="running", pid=child.pid, history=curve(0.5), **here)
+    write_run(tmp_path, "elsewhere", status="running", pid=child.pid, host="other-machine")
+    rows = list(csv.DictReader(report.write_report(tmp_path)["csv"].open()))
+    assert {r["run"]: r["status"] for r in rows} == {"elsewhere": "running", "gone": "killed"}

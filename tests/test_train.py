@@ -1,6 +1,11 @@
 """The runner end to end: a CLI run, evaluate, resume, seeded determinism and the error messages."""
 
 import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +19,7 @@ from attnexp.build import build, check_data_dir
 from attnexp.checkpoints import load_run
 from attnexp.errors import ConfigError
 from attnexp.evaluate import check_same_data, run_overrides
-from attnexp.runs import check_resume, resolve_run_dir
+from attnexp.runs import check_not_running, check_resume, resolve_run_dir, writer_alive
 
 
 def read(path: Path) -> dict:
@@ -154,6 +159,42 @@ def test_resume_errors(tmp_path):
         check_resume(str(run_dir), ["seed=1", "model.hidden_size=8", "scorer=dot"])
     assert f"python -m attnexp model.hidden_size=16 seed=1 resume={run_dir}" in str(err.value)
     assert Path(resolve_run_dir("auto", str(tmp_path), ["seed=1"])).parent == tmp_path  # none: new
+
+
+def ended_pid() -> int:
+    """The pid of a process that has already ended."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_writer_alive_tells_a_killed_run_from_a_running_one(tmp_path):
+    here = {"status": "running", "host": platform.node()}
+    assert writer_alive({**here, "pid": os.getpid()}) is True
+    assert writer_alive({**here, "pid": ended_pid()}) is False  # killed: it never wrote `failed`
+    assert writer_alive({**here, "pid": os.getpid(), "host": "elsewhere"}) is None  # can't tell
+    assert writer_alive(here) is None  # a record from before the pid was kept
+    assert writer_alive({**here, "pid": os.getpid(), "status": "completed"}) is False
+    (tmp_path / "metrics.json").write_text(json.dumps({**here, "pid": ended_pid()}))
+    check_not_running(tmp_path, "resume=auto")  # its writer is gone: it may be resumed
+    check_not_running(tmp_path / "no-record", "resume=auto")
+
+
+def test_a_run_still_going_is_not_resumed(finished_run, tmp_path):
+    """Two processes must never write one run dir."""
+    tmp, run_dir, _ = finished_run
+    going = shutil.copytree(run_dir, tmp_path / "outputs" / "runs" / "going")
+    saved = going / ".hydra" / "overrides.yaml"  # as if started here: resume=auto compares paths.*
+    saved.write_text(saved.read_text().replace(str(tmp), str(tmp_path)))
+    record = read(going / "metrics.json")
+    record.update(status="running", host=platform.node(), pid=os.getpid())  # alive: this test
+    (going / "metrics.json").write_text(json.dumps(record))
+    before = snapshot(going)
+    for resume in (going, "auto"):  # auto: the newest run with these overrides is that one
+        resumed = run_cli(tmp_path, *TINY, f"resume={resume}")
+        assert resumed.returncode == 2, resumed.stderr[-4000:]
+        assert f"the run in {going} is still running (pid {os.getpid()}" in resumed.stderr
+        assert "Traceback" not in resumed.stderr and snapshot(going) == before
 
 
 def snapshot(run_dir: Path) -> dict[str, bytes]:

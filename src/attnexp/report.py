@@ -4,7 +4,8 @@ Writes into <dir>: `report.csv` (one row per run: its varied settings, status, f
 `report.md` (the runs, and mean +- std over seeds for each variant) and PNG plots (validation
 accuracy per epoch for each variant; accuracy against bag size for bag runs). Reads only the
 runs' `metrics.json` and `.hydra/`, so it works on incomplete sweeps and on runs still going
-(their last epoch is shown and the status says `running`).
+(their last epoch is shown and the status says `running`; `killed` where the process that wrote
+`running` is gone from this machine).
 
 A variant is what a run was run with: its overrides, its config group choices and the values of
 its composed config (`.hydra/config.yaml`), so `scorer=additive` where additive is the default
@@ -28,7 +29,7 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from attnexp.runs import METRICS_FILE
+from attnexp.runs import METRICS_FILE, writer_alive
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ MAIN_METRICS = ("val/acc_best", "val/acc", "test/acc", "test/acc_variable", "tes
 NOT_VARIANT = ("seed", "resume", "paths.", "hydra.", "trainer.enable_progress_bar")
 DATA_KEY = "data_source"  # the data a run saw: sample | hub | local:<data dir>
 EVALUATE = "evaluate"  # metrics.json "kind" of an evaluation record
+KILLED = "killed"  # a record left `running` by a process that is gone
 _ABSENT = object()
 SKIP_DIRS = {"checkpoints", "tb", ".hydra", ".submitit", "__pycache__"}  # never hold run records
 BAG_METRIC = re.compile(r"^test/acc_bag(\d+)$")
@@ -132,6 +134,8 @@ def load_run(path: Path, root: Path) -> Run:
         log.warning("cannot read %s: %s", path, err)
         return Run(path.parent, name, "unreadable", None, {}, {}, error=str(err))
     status = record.get("status", "unknown")
+    if status == "running" and writer_alive(record) is False:  # it never got to write `failed`
+        status = KILLED
     metrics = dict(record.get("metrics") or {})
     history = list(record.get("history") or [])
     if not metrics and history:  # running or failed: the last epoch it finished

@@ -120,6 +120,40 @@ def check_resume(resume: str, overrides: list[str]) -> None:
         )
 
 
+def writer_alive(record: dict) -> bool | None:
+    """Whether the process writing a `running` record is still alive: True or False on the machine
+    that wrote it, None where that cannot be told (another machine, or a record without a pid).
+
+    A killed run (SIGKILL, out of memory, power loss) never gets to write `failed`, so its record
+    says `running` for ever. A pid taken over by a new process reads as alive: the safe side.
+    """
+    if record.get("status") != "running":
+        return False
+    pid = record.get("pid")
+    if not isinstance(pid, int) or record.get("host") != platform.node():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's process
+        return True
+    return True
+
+
+def check_not_running(run_dir: Path, setting: str) -> None:
+    """Two processes must never write one run dir: its run's writer must have stopped."""
+    try:
+        record = json.loads((run_dir / METRICS_FILE).read_text())
+    except (OSError, ValueError):
+        return  # no readable record: nothing says it is running
+    if writer_alive(record):
+        raise ConfigError(
+            f"{setting}: the run in {run_dir} is still running (pid {record['pid']} on this "
+            f"machine); wait for it to end or stop it, then resume it"
+        )
+
+
 def holds_run(run_dir: Path) -> bool:
     return any((run_dir / name).exists() for name in (METRICS_FILE, "checkpoints"))
 
@@ -133,8 +167,9 @@ def run_holding(path: str | Path) -> Path | None:
 
 
 class RunDirGuard(Callback):
-    """Before Hydra writes anything into the run dir: a `resume=<dir>` must fit that run, and a
-    dir given by hand (hydra.run.dir=) must neither hold a run nor lie inside one."""
+    """Before Hydra writes anything into the run dir: a `resume=<dir>` must fit that run and that
+    run must have stopped, and a dir given by hand (hydra.run.dir=) must neither hold a run nor lie
+    inside one."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         resume = config.get(RESUME_KEY)
@@ -143,8 +178,23 @@ class RunDirGuard(Callback):
                 check_resume(str(resume), list(config.hydra.overrides.task))
             elif any(o.startswith("hydra.run.dir=") for o in config.hydra.overrides.hydra):
                 check_new_dir(Path(config.hydra.run.dir), can_resume=RESUME_KEY in config)
+            resumed = resumed_dir(config)
+            if resumed is not None:
+                check_not_running(resumed, f"resume={resume}")
         except ConfigError as err:
             exit_with(err)
+
+
+def resumed_dir(config: DictConfig) -> Path | None:
+    """The run dir `resume=` continues (None: a new run). hydra.run.dir itself cannot be read in
+    `on_run_start`: it interpolates `${hydra:...}`, which is set only once the job starts."""
+    resume = config.get(RESUME_KEY)
+    if resume in NO_RESUME:
+        return None
+    if resume == "auto":  # as the run dir's resolver finds it (conf/hydra/default.yaml)
+        runs_root = Path(config.paths.log_dir) / "runs"
+        return find_resumable(runs_root, list(config.hydra.overrides.task))
+    return Path(str(resume)).expanduser().resolve()
 
 
 def check_new_dir(run_dir: Path, can_resume: bool) -> None:
@@ -200,6 +250,7 @@ class RunRecord:
             "version": attnexp.__version__,
             "started_at": datetime.now().isoformat(timespec="seconds"),
             "host": platform.node(),
+            "pid": os.getpid(),  # with host: tells a run still going from one killed (`writer_alive`)
             "warnings": [],
             **(extra or {}),
         }
