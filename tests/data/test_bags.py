@@ -6,9 +6,9 @@ from attnexp.data.bags import (
     FixedBags,
     RandomBags,
     bag_labels,
-    epoch_seed,
     sample_bags,
 )
+from attnexp.data.seeds import epoch_seed
 from attnexp.errors import ConfigError
 
 LABELS = torch.tensor([3, 7, 1, 8, 2, 5])

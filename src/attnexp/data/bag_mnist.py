@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader
 from attnexp.data.bags import BagPool, FixedBags, RandomBags, check_rule
 from attnexp.data.base import AttnDataModule
 from attnexp.data.mnist import load_mnist
+from attnexp.data.resumable import ResumableLoader
 from attnexp.errors import ConfigError, require_positive
 
 log = logging.getLogger(__name__)
@@ -20,8 +21,10 @@ NUM_CLASSES = 10
 
 
 def bag_loader(pool: BagPool, bags: FixedBags | RandomBags, num_workers: int) -> DataLoader:
-    """The sampler yields whole batches of bags (no collation), the pool gathers their images."""
-    return DataLoader(
+    """The sampler yields whole batches of bags (no collation), the pool gathers their images.
+    Training bags (drawn anew each epoch) come through a loader Lightning can resume mid-epoch."""
+    loader = ResumableLoader if isinstance(bags, RandomBags) else DataLoader
+    return loader(
         pool,
         sampler=bags,
         batch_size=None,

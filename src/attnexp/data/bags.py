@@ -9,10 +9,10 @@ Shapes: M bags, B bags per batch, T slots per bag (padded to the largest bag), N
 
 from collections.abc import Iterator
 
-import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
+from attnexp.data.seeds import epoch_seed
 from attnexp.errors import ConfigError
 
 LABEL_RULES = ("largest", "parity")
@@ -57,15 +57,6 @@ def check_sizes(min_size: int, max_size: int) -> None:
         raise ConfigError(
             f"bag sizes must satisfy 1 <= min <= max, got min={min_size}, max={max_size} (set data.bag_size / data.min_bag_size)"
         )
-
-
-def epoch_seed(seed: int, epoch: int) -> int:
-    """The seed of one epoch's training bags: a function of (seed, epoch) only, so a resumed run
-    draws epoch k as the uninterrupted run did. Epoch 0 keeps `seed` itself: the stream of the
-    runs recorded before per-epoch seeds."""
-    if epoch == 0:
-        return seed
-    return int(np.random.SeedSequence([seed, epoch]).generate_state(1, np.uint64)[0])
 
 
 class BagPool(Dataset):

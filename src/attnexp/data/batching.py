@@ -5,6 +5,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import torch
 from torch.utils.data import BatchSampler, Sampler
 
+from attnexp.data.seeds import epoch_seed
 from attnexp.errors import ConfigError
 
 
@@ -51,7 +52,8 @@ class BucketBatchSampler(BatchSampler):
                 if not self.drop_last or len(b) == self.batch_size
             ]
         if self.shuffle:
-            generator = torch.Generator().manual_seed(self.seed + getattr(self.sampler, "epoch", 0))
+            epoch = getattr(self.sampler, "epoch", 0)
+            generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch))
             # Skip the permutation of the whole dataset that this generator drew for the index
             # order before that order moved into `sampler` (EpochShuffle draws the same one):
             # epoch 0's batches stay those of the runs recorded in docs/RESULTS.md.
@@ -77,7 +79,7 @@ class EpochShuffle(Sampler[int]):
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[int]:
-        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        generator = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch))
         return iter(torch.randperm(self.n, generator=generator).tolist())
 
     def __len__(self) -> int:

@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader
 
 from attnexp.data.base import AttnDataModule
 from attnexp.data.batching import bucket_batch_sampler, check_epoch_order, pad_sequences
+from attnexp.data.resumable import ResumableLoader
 from attnexp.data.sources import resolve, sample_path
 from attnexp.data.text import (
     PAD_ID,
@@ -337,7 +338,8 @@ class IMDBDataModule(AttnDataModule):
             lengths, self.batch_size, shuffle, self.seed, self.pool_batches,
             epoch_order=self.epoch_order,
         )  # fmt: skip
-        return DataLoader(
+        loader = ResumableLoader if shuffle else DataLoader  # training batches: resumable
+        return loader(
             data,
             batch_sampler=sampler,
             collate_fn=collate_tokens,

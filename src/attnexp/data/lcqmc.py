@@ -12,6 +12,7 @@ reduced protocol for machines without the training file: train on (1 - val_fract
 validate on the rest (split with the fixed `split_seed`), test on the official test set.
 """
 
+import functools
 import hashlib
 import logging
 import os
@@ -25,6 +26,7 @@ from torch.utils.data import DataLoader, Dataset
 from attnexp.data.base import AttnDataModule
 from attnexp.data.batching import bucket_batch_sampler, check_epoch_order, pad_sequences
 from attnexp.data.chinese import PairTokenizer, check_pair_len
+from attnexp.data.resumable import ResumableLoader
 from attnexp.data.sources import hub_offline, resolve
 from attnexp.data.text import not_utf8
 from attnexp.errors import ConfigError, require_positive
@@ -348,12 +350,13 @@ class LCQMCDataModule(AttnDataModule):
         sampler = bucket_batch_sampler(
             dataset.lengths, batch_size, train, self.seed, epoch_order=self.epoch_order
         )
-        pad_id = self.tokenizer.pad_id
-        return DataLoader(
+        loader = ResumableLoader if train else DataLoader  # training batches: resumable
+        return loader(
             dataset,
             batch_sampler=sampler,
             num_workers=self.num_workers,
-            collate_fn=lambda idx: dataset.collate(idx, pad_id),
+            # a partial, not a lambda: workers started by spawn/forkserver must pickle it
+            collate_fn=functools.partial(dataset.collate, pad_id=self.tokenizer.pad_id),
             persistent_workers=self.num_workers > 0,
         )
 

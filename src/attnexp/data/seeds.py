@@ -1,0 +1,13 @@
+"""Seeds of the draws made anew each epoch (training bags, text batch orders)."""
+
+import numpy as np
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The seed of one epoch's draw: a function of (seed, epoch) only, so a resumed run draws
+    epoch k as the uninterrupted run did, and no (seed, epoch) repeats another's draw (as
+    `seed + epoch` would: seed 1's epoch 0 was seed 0's epoch 1). Epoch 0 keeps `seed` itself:
+    the draws of the runs recorded before per-epoch seeds."""
+    if epoch == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, epoch]).generate_state(1, np.uint64)[0])

@@ -1,0 +1,121 @@
+"""Resuming from a mid-epoch checkpoint (what `val_check_interval` + `save_last` write) trains on
+exactly the batches the uninterrupted run would have: none twice, none left out, same order."""
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from imdb_data import write_imdb
+from mnist_data import write_mnist
+
+from attnexp.data.bag_mnist import BagMNISTDataModule
+from attnexp.data.imdb import IMDBDataModule
+from attnexp.data.resumable import ResumableLoader
+
+BATCHES_PER_EPOCH = 9  # 36 training examples (or bags) in batches of 4
+
+
+def imdb_data(root):
+    write_imdb(root / "data", num_train=40, num_test=8)
+    return lambda: IMDBDataModule(
+        data_dir=str(root / "data"),
+        cache_dir=str(root / "cache"),
+        vocab_size=200,
+        min_frequency=1,
+        max_seq_len=20,
+        batch_size=4,
+        pool_batches=2,
+        val_fraction=0.1,
+    )
+
+
+def bag_data(root):
+    write_mnist(root / "data", 60, 20)
+    return lambda: BagMNISTDataModule(
+        data_dir=str(root / "data"),
+        source="local",
+        batch_size=4,
+        num_train_bags=36,
+        num_eval_bags=8,
+        eval_bag_sizes=[],
+        eval_variable_max=0,
+    )
+
+
+def fingerprint(batch) -> list[tuple]:
+    """One tuple per example that tells it apart from the others."""
+    if "items" in batch:
+        return [tuple(bag.flatten()[::97].tolist()) for bag in batch["items"]]
+    rows = zip(batch["input_ids"], batch["mask"], strict=True)
+    return [tuple(ids[mask].tolist()) for ids, mask in rows]
+
+
+class Recorder(pl.LightningModule):
+    """Records what each training step saw; interrupted at global step `stop_at`."""
+
+    def __init__(self, stop_at: int | None = None) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(()))
+        self.seen: list[tuple[int, list[tuple]]] = []
+        self.stop_at = stop_at
+
+    def training_step(self, batch, batch_idx):
+        if self.global_step == self.stop_at:
+            raise KeyboardInterrupt  # as Ctrl-C: Lightning shuts down and exits
+        self.seen.append((self.current_epoch, fingerprint(batch)))
+        return self.w * 0
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val/acc", float(self.global_step))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def fit(make_data, root, stop_at=None, ckpt_path=None) -> Recorder:
+    module = Recorder(stop_at)
+    checkpoints = pl.callbacks.ModelCheckpoint(
+        dirpath=str(root / "checkpoints"), monitor="val/acc", mode="max", save_last=True
+    )
+    trainer = pl.Trainer(
+        max_epochs=2,
+        val_check_interval=3,  # last.ckpt after steps 3, 6, 9 of each epoch
+        callbacks=[checkpoints],
+        default_root_dir=str(root),
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+    )
+    try:
+        trainer.fit(module, datamodule=make_data(), ckpt_path=ckpt_path)
+    except SystemExit:  # Lightning's answer to the KeyboardInterrupt
+        assert stop_at is not None
+    return module
+
+
+@pytest.mark.parametrize("data", [imdb_data, bag_data], ids=["text", "bags"])
+@pytest.mark.parametrize("stop_at", [4, BATCHES_PER_EPOCH + 5], ids=["epoch0", "epoch1"])
+def test_a_mid_epoch_resume_sees_what_the_uninterrupted_run_sees(tmp_path, data, stop_at):
+    make_data = data(tmp_path)
+    whole = fit(make_data, tmp_path / "whole").seen
+    assert len(whole) == 2 * BATCHES_PER_EPOCH
+    part = tmp_path / "part"
+    before = fit(make_data, part, stop_at=stop_at).seen
+    last = torch.load(part / "checkpoints" / "last.ckpt", weights_only=False)
+    assert 0 < last["global_step"] % BATCHES_PER_EPOCH < BATCHES_PER_EPOCH  # mid-epoch
+    after = fit(make_data, part, ckpt_path=str(part / "checkpoints" / "last.ckpt")).seen
+    # the steps after the checkpoint and before the stop are trained again: as in any resume
+    assert before[: last["global_step"]] + after == whole
+
+
+def test_state_is_the_epoch_and_the_batches_handed_out():
+    loader = ResumableLoader(list(range(10)), batch_size=3)
+    iterator = iter(loader)
+    next(iterator), next(iterator)
+    assert loader.state_dict() == {"epoch": None, "batches": 2}
+    resumed = ResumableLoader(list(range(10)), batch_size=3)
+    resumed.load_state_dict(loader.state_dict())
+    assert [b.tolist() for b in resumed] == [[6, 7, 8], [9]]  # the rest of that pass
+    assert len(list(resumed)) == 4  # once only: the next pass is whole
+    resumed.load_state_dict({"epoch": None, "batches": 4})  # saved after the last batch
+    assert len(list(resumed)) == 4
