@@ -173,3 +173,10 @@ def test_training_drops_a_last_batch_that_batchnorm_cannot_train_on(data_dir):
         ConfigError, match=r"7 training bags make no full batch of data.batch_size=8"
     ):
         make(data_dir, num_train_bags=7).train_dataloader()
+
+
+def test_a_split_that_leaves_no_validation_image_is_refused(data_dir):
+    with pytest.raises(
+        ConfigError, match=r"val_fraction=0.001 of the 200 training images leaves 0"
+    ):
+        make(data_dir, val_fraction=0.001)

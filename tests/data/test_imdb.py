@@ -6,7 +6,13 @@ import torch
 from imdb_data import write_imdb
 from lightning_fabric.utilities.data import _set_sampler_epoch
 
-from attnexp.data.imdb import IMDBDataModule, load_local, load_sample, stratified_split
+from attnexp.data.imdb import (
+    IMDBDataModule,
+    held_out_sizes,
+    load_local,
+    load_sample,
+    stratified_split,
+)
 from attnexp.data.sources import sample_path
 from attnexp.errors import ConfigError
 
@@ -183,7 +189,9 @@ def test_probe_figures_per_head(tmp_path):
 def test_loader_batch_order_is_pinned(tmp_path):
     """Epoch 0 of the IMDB runs recorded in docs/RESULTS.md had this batch order: keep it."""
     write_imdb(tmp_path / "data", num_train=42, num_test=12)
-    dm = make_dm(tmp_path, batch_size=4, val_fraction=0.3, seed=3)
+    # 6 of each label's 21 reviews held out (what 0.3 gave before the labels' shares had to add
+    # up to the total: 0.3 now holds out 13)
+    dm = make_dm(tmp_path, batch_size=4, val_fraction=6 / 21, seed=3)
     dm.setup("fit")
     assert list(dm.train_dataloader().batch_sampler) == [
         [26, 7, 2, 1],
@@ -208,3 +216,66 @@ def test_each_epoch_gets_new_batches(tmp_path):
     epoch1 = list(loader.batch_sampler)
     assert epoch1 != epoch0
     assert sorted(i for b in epoch1 for i in b) == sorted(i for b in epoch0 for i in b)
+
+
+def test_held_out_sizes_add_up_to_the_fraction_of_the_total():
+    assert held_out_sizes([5, 5], 0.5) == [3, 2]  # 5 of 10: not 2 + 2 (half to even per label)
+    assert held_out_sizes([25, 25], 0.1) == [3, 2]
+    assert held_out_sizes([12500, 12500], 0.1) == [1250, 1250]  # the real data: exact shares
+    assert held_out_sizes([3, 4], 0.3) == [1, 1]
+    keep, held = stratified_split([0] * 5 + [1] * 5, 0.5, seed=0)
+    assert len(held) == 5 and sorted(keep + held) == list(range(10))
+
+
+def test_a_split_that_leaves_a_side_empty_is_refused(tmp_path):
+    write_imdb(tmp_path / "data", num_train=8, num_test=4)
+    with pytest.raises(
+        ConfigError, match=r"data.val_fraction=0.01 of the 8 train reviews leaves 0"
+    ):
+        make_dm(tmp_path, val_fraction=0.01).setup("fit")
+
+
+def write_parquet(folder, split, texts, labels):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"text": texts, "label": labels}), folder / f"{split}.parquet")
+
+
+@pytest.mark.parametrize(
+    "texts,labels,match",
+    [
+        (["good", "bad"], [1, 2], r"train.parquet row 1: label must be 0 \(negative\) or 1"),
+        (["good", None], [1, 0], r"train.parquet row 1: the text is None, not a string"),
+    ],
+)
+def test_bad_parquet_rows_name_file_and_row(tmp_path, texts, labels, match):
+    folder = tmp_path / "data" / "imdb"
+    write_parquet(folder, "train", texts, labels)
+    write_parquet(folder, "test", ["fine", "awful"], [1, 0])
+    with pytest.raises(ConfigError, match=match):
+        make_dm(tmp_path).setup("fit")
+
+
+def test_acl_review_not_utf8(tmp_path):
+    root = tmp_path / "data" / "imdb" / "aclImdb"
+    for split in ("train", "test"):
+        for name in ("pos", "neg"):
+            (root / split / name).mkdir(parents=True)
+            (root / split / name / "0_7.txt").write_text("fine")
+    (root / "train" / "neg" / "1_2.txt").write_bytes("caf\xe9 awful".encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"1_2.txt is not UTF-8 text .*IMDB reviews must be"):
+        make_dm(tmp_path).setup("fit")
+
+
+def test_a_broken_cached_tokenizer_is_trained_again(tmp_path, caplog):
+    write_imdb(tmp_path / "data")
+    make_dm(tmp_path).setup("fit")
+    (cached,) = (tmp_path / "cache" / "imdb").glob("tokenizer-*.json")
+    good = cached.read_text()
+    cached.write_text(good[:100])  # as a run killed while writing would have left it
+    with caplog.at_level(logging.WARNING):
+        make_dm(tmp_path).setup("fit")
+    assert "the cached one is broken" in caplog.text and cached.read_text() == good
+    assert not list(cached.parent.glob("*.tmp*"))  # written whole, then moved into place

@@ -233,3 +233,13 @@ def test_loader_batch_order_is_pinned(tmp_path):
         [4, 15, 21, 19],
     ]
     assert list(dm.val_dataloader().batch_sampler) == [[1, 2, 3, 0], [4, 5]]
+
+
+def test_missing_or_broken_tokenizer_file(tmp_path):
+    write_lcqmc(tmp_path / "data", {"dev": 20, "test": 6})
+    missing = tmp_path / "missing.json"
+    with pytest.raises(ConfigError, match=r"no tokenizer at .*missing.json.*data.tokenizer_file="):
+        make_dm(tmp_path, tokenizer_file=str(missing)).setup("fit")
+    missing.write_text('{"version": "1.0", "trunc')
+    with pytest.raises(ConfigError, match=r"not a valid tokenizer file .*data.tokenizer_file="):
+        make_dm(tmp_path, tokenizer_file=str(missing)).setup("fit")

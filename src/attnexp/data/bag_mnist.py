@@ -147,6 +147,12 @@ class BagMNISTDataModule(AttnDataModule):
         splits, self.source = load_mnist(self.data_dir, self.source_request)
         images, labels = splits["train"]
         num_val = int(len(images) * self.val_fraction)
+        if not 0 < num_val < len(images):
+            raise ConfigError(
+                f"data.val_fraction={self.val_fraction} of the {len(images)} training images "
+                f"leaves {num_val} for validation bags and {len(images) - num_val} for training "
+                f"bags: each needs one (set data.val_fraction=...)"
+            )
         perm = torch.randperm(len(images), generator=torch.Generator().manual_seed(self.seed))
         val, train = perm[:num_val], perm[num_val:]
         self.splits = {

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 
-from attnexp.data.text import literal_special_tokens, read_lines
+from attnexp.data.text import literal_special_tokens, load_tokenizer, read_lines, write_tokenizer
 from attnexp.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -103,10 +103,10 @@ class PairTokenizer:
 
     @classmethod
     def load(cls, path: str | Path) -> "PairTokenizer":
-        return cls(Tokenizer.from_file(str(path)))
+        return cls(load_tokenizer(path, setting="data.tokenizer_file"))
 
     def save(self, path: str | Path) -> None:
-        self.tokenizer.save(str(path))
+        write_tokenizer(self.tokenizer, path)
 
     @property
     def vocab_size(self) -> int:

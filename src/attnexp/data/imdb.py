@@ -6,8 +6,9 @@ Sources (`data.source=auto` tries them in order): `<data_dir>/imdb/{train,test}.
 drawn from the official train split: 1,600 train + 400 test, WARNING, `data_source: sample`).
 
 Splits: validation = `val_fraction` (default 0.1: 2,500 reviews) of the training set, stratified by
-label with a fixed seed (local copies are sorted by label); train = the other 22,500; test = the
-official 25,000. `val_split` picks the held-out reviews one by one ("random") or in runs of
+label (local copies are sorted by label) and drawn from `data.seed`, which follows the run's `seed`
+(so each seed has its own split, vocabulary and training set; `data.seed=0` keeps one split for
+every run seed); train = the other 22,500; test = the official 25,000. `val_split` picks the held-out reviews one by one ("random") or in runs of
 consecutive review ids ("blocks"): aclImdb numbers the reviews of a movie consecutively, so runs keep
 most validation movies out of training, as the official test set keeps all of its movies out.
 `val_from=test` carves the validation reviews out of the test set instead (with `val_fraction=0.5`,
@@ -34,6 +35,7 @@ from attnexp.data.text import (
     default_cache_dir,
     encode_texts,
     load_tokenizer,
+    not_utf8,
     save_tokenizer,
     texts_hash,
     tokenize_dataset,
@@ -41,6 +43,7 @@ from attnexp.data.text import (
     train_word_tokenizer,
     truncate,
     word_pre_tokenizer,
+    write_tokenizer,
 )
 from attnexp.errors import ConfigError, require_positive
 
@@ -80,7 +83,11 @@ def _read_acl_folder(folder: Path) -> Split:
         files = sorted((folder / name).glob("*.txt"), key=_review_id)
         if not files:
             raise ConfigError(f"IMDB: no *.txt reviews in {folder / name} (aclImdb layout)")
-        texts += [f.read_text(encoding="utf-8") for f in files]
+        for file in files:
+            try:
+                texts.append(file.read_text(encoding="utf-8"))
+            except UnicodeDecodeError as err:
+                raise not_utf8(file, err, "IMDB reviews") from err
         labels += [label] * len(files)
     return {"text": texts, "label": labels}
 
@@ -94,7 +101,16 @@ def _read_parquet(path: Path) -> Split:
         raise ConfigError(
             f"IMDB: cannot read {path} as parquet with text, label columns ({err})"
         ) from err
-    return table.to_pydict()
+    split = table.to_pydict()
+    for row, (text, label) in enumerate(zip(split["text"], split["label"], strict=True)):
+        if label not in (0, 1):
+            raise ConfigError(
+                f"IMDB: {path} row {row}: label must be 0 (negative) or 1 (positive), "
+                f"found {label!r} (fix the file)"
+            )
+        if not isinstance(text, str):
+            raise ConfigError(f"IMDB: {path} row {row}: the text is {text!r}, not a string")
+    return split
 
 
 def load_local(folder: Path) -> dict[str, Split]:
@@ -129,6 +145,18 @@ def load_sample() -> dict[str, Split]:
     }
 
 
+def held_out_sizes(counts: list[int], fraction: float) -> list[int]:
+    """How many of each label's `counts` to hold out: `fraction` of the total (rounded half up),
+    shared out by largest remainder, so the labels' shares add up to it."""
+    shares = [count * fraction for count in counts]
+    sizes = [int(share) for share in shares]
+    short = int(sum(counts) * fraction + 0.5) - sum(sizes)
+    by_remainder = sorted(range(len(counts)), key=lambda i: sizes[i] - shares[i])
+    for i in by_remainder[:short]:
+        sizes[i] += 1
+    return sizes
+
+
 def stratified_split(
     labels: list[int], fraction: float, seed: int, block: int = 1
 ) -> tuple[list[int], list[int]]:
@@ -139,11 +167,12 @@ def stratified_split(
     generator = torch.Generator().manual_seed(seed)
     labels_t = torch.as_tensor(labels)
     keep, held = [], []
-    for label in labels_t.unique():
+    uniq = labels_t.unique()
+    sizes = held_out_sizes([int((labels_t == label).sum()) for label in uniq], fraction)
+    for label, n_held in zip(uniq, sizes, strict=True):
         runs = torch.nonzero(labels_t == label).squeeze(1).split(block)
         order = torch.randperm(len(runs), generator=generator).tolist()
         idx = torch.cat([runs[i] for i in order])
-        n_held = round(len(idx) * fraction)
         held += idx[:n_held].tolist()
         keep += idx[n_held:].tolist()
     return sorted(keep), sorted(held)
@@ -279,6 +308,12 @@ class IMDBDataModule(AttnDataModule):
         block = VAL_BLOCK if self.val_split == "blocks" else 1
         carved = raw[self.val_from]
         keep_idx, val_idx = stratified_split(carved["label"], self.val_fraction, self.seed, block)
+        if not keep_idx or not val_idx:
+            raise ConfigError(
+                f"data.val_fraction={self.val_fraction} of the {len(carved['label'])} "
+                f"{self.val_from} reviews leaves {len(val_idx)} for validation and "
+                f"{len(keep_idx)} for {self.val_from}: each needs one (set data.val_fraction=...)"
+            )
         parts = {
             "train": raw["train"],
             "test": raw["test"],
@@ -322,13 +357,17 @@ class IMDBDataModule(AttnDataModule):
         )
         cached = self.cache_dir / "imdb" / f"tokenizer-{key}.json"
         if cached.is_file():
-            log.info("tokenizer from cache %s", cached)
-            return load_tokenizer(cached)
+            try:
+                tokenizer = load_tokenizer(cached)
+            except ConfigError as err:  # a broken cache is a cache miss
+                log.warning("training the tokenizer again: the cached one is broken (%s)", err)
+            else:
+                log.info("tokenizer from cache %s", cached)
+                return tokenizer
         tokenizer = train_word_tokenizer(
             texts, self.vocab_size, self.min_frequency, self.lowercase, self.word_split
         )
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        tokenizer.save(str(cached))
+        write_tokenizer(tokenizer, cached)
         return tokenizer
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:

@@ -133,27 +133,37 @@ def train_word_tokenizer(
     )
 
 
-def save_tokenizer(tokenizer: Tokenizer, folder: str | Path) -> Path:
-    path = Path(folder) / TOKENIZER_FILE
+def write_tokenizer(tokenizer: Tokenizer, path: str | Path) -> Path:
+    """Atomically: a run started meanwhile (a parallel sweep job, a DDP rank) never reads half a
+    file, and a run killed while writing leaves no broken file behind."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(str(path))
+    partial = path.with_suffix(f".tmp{os.getpid()}")
+    tokenizer.save(str(partial))
+    partial.replace(path)
     return path
 
 
-def load_tokenizer(path: str | Path) -> Tokenizer:
-    """Load a `tokenizer.json` (or the one inside a run dir)."""
+def save_tokenizer(tokenizer: Tokenizer, folder: str | Path) -> Path:
+    return write_tokenizer(tokenizer, Path(folder) / TOKENIZER_FILE)
+
+
+def load_tokenizer(path: str | Path, setting: str = "data.tokenizer_path") -> Tokenizer:
+    """Load a `tokenizer.json` (or the one inside a run dir); `setting` is where it was given."""
     path = Path(path)
     if path.is_dir():
         path = path / TOKENIZER_FILE
     if not path.is_file():
         raise ConfigError(
             f"no tokenizer at {path} (a run dir holds {TOKENIZER_FILE} after training; "
-            f"set data.tokenizer_path=<run dir or file>)"
+            f"set {setting}=<run dir or file>)"
         )
     try:
         tokenizer = Tokenizer.from_file(str(path))
     except Exception as err:  # tokenizers raises a bare Exception on bad JSON
-        raise ConfigError(f"{path} is not a valid tokenizer file ({err})") from err
+        raise ConfigError(
+            f"{path} is not a valid tokenizer file ({err}; set {setting}=<a tokenizer.json>)"
+        ) from err
     return literal_special_tokens(tokenizer)
 
 
