@@ -9,17 +9,23 @@ import sys
 from pathlib import Path
 
 import pytest
+import pytorch_lightning as pl
+import torch
 from cli_helpers import TINY, run_cli
+from conftest import CONF_DIR
 from hydra.errors import ConfigCompositionException, MissingConfigException
+from hydra.utils import instantiate
 from imdb_data import train_in_process
 from mnist_data import FILES, write_mnist
 from omegaconf import OmegaConf
+from torch.utils.data import DataLoader
 
 from attnexp.build import build, check_data_dir
 from attnexp.checkpoints import load_run
 from attnexp.errors import ConfigError
 from attnexp.evaluate import check_same_data, run_overrides
 from attnexp.runs import check_not_running, check_resume, resolve_run_dir, writer_alive
+from attnexp.train import checkpoint_step
 
 
 def read(path: Path) -> dict:
@@ -342,3 +348,44 @@ def test_data_dir_that_does_not_exist(compose_cfg, tmp_path):
     with pytest.raises(ConfigError, match=r"paths.data_dir=.*/data does not exist"):
         train_in_process(cfg, tmp_path / "run")
     check_data_dir(str(tmp_path / "absent"), ["trainer.max_epochs=1"])  # the default dir: no error
+
+
+class Worsening(pl.LightningModule):
+    """val/acc falls at every validation: the first checkpoint stays the best."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(()))
+
+    def training_step(self, batch, batch_idx):
+        return self.w * batch.sum()
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val/acc", 1.0 / (1 + self.global_step))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_last_ckpt_is_the_latest_state_not_the_best(tmp_path):
+    """resume= continues from last.ckpt: it must hold the latest validation's state, also when
+    val/acc did not improve there (Lightning's save_last writes it only when it does)."""
+    callbacks = OmegaConf.load(CONF_DIR / "callbacks" / "default.yaml")
+    checkpoints = [callbacks.model_checkpoint, callbacks.last_checkpoint]
+    for cfg in checkpoints:
+        cfg.dirpath = str(tmp_path)
+    best, last = (instantiate(cfg) for cfg in checkpoints)
+    data = DataLoader(torch.ones(4, 2), batch_size=2)
+    trainer = pl.Trainer(
+        max_epochs=3,
+        callbacks=[best, last],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(Worsening(), train_dataloaders=data, val_dataloaders=data)
+    assert checkpoint_step(str(tmp_path / "last.ckpt")) == 6  # 3 epochs of 2 steps
+    assert checkpoint_step(best.best_model_path) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["last.ckpt", Path(best.best_model_path).name]
+    )

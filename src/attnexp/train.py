@@ -107,7 +107,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     record.reload("history", "validations")  # ddp_spawn: the rank-0 worker recorded them
     metrics = scalar_metrics(trainer.callback_metrics)
 
-    checkpoint = trainer.checkpoint_callback
+    checkpoint = best_checkpoint_callback(trainer)
     best = checkpoint.best_model_path if checkpoint is not None else ""
     if best:
         metrics = with_val_of(metrics, validation_at(record, checkpoint_step(best)), record)
@@ -134,6 +134,11 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         final = {f"final/{k}": v for k, v in metrics.items() if k.startswith(("val/", "test/"))}
         tb_logger.log_hyperparams(flatten_hparams(hparams), metrics=final)
     return metrics
+
+
+def best_checkpoint_callback(trainer: pl.Trainer) -> ModelCheckpoint | None:
+    """The ModelCheckpoint that keeps the best checkpoint by a metric (not the one of last.ckpt)."""
+    return next((c for c in trainer.checkpoint_callbacks if c.monitor), None)
 
 
 def checkpoint_step(path: str) -> int:

@@ -1,11 +1,16 @@
-"""Resuming from a mid-epoch checkpoint (what `val_check_interval` + `save_last` write) trains on
-exactly the batches the uninterrupted run would have: none twice, none left out, same order."""
+"""Resuming from a mid-epoch last.ckpt (written at every validation, which `val_check_interval`
+puts mid-epoch) trains on exactly the batches the uninterrupted run would have: none twice, none
+left out, same order. val/acc never improves after the first validation, so last.ckpt is not the
+best checkpoint."""
 
 import pytest
 import pytorch_lightning as pl
 import torch
+from conftest import CONF_DIR
+from hydra.utils import instantiate
 from imdb_data import write_imdb
 from mnist_data import write_mnist
+from omegaconf import OmegaConf
 
 from attnexp.data.bag_mnist import BagMNISTDataModule
 from attnexp.data.imdb import IMDBDataModule
@@ -65,7 +70,7 @@ class Recorder(pl.LightningModule):
         return self.w * 0
 
     def validation_step(self, batch, batch_idx):
-        self.log("val/acc", float(self.global_step))
+        self.log("val/acc", 0.5)
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
@@ -73,13 +78,14 @@ class Recorder(pl.LightningModule):
 
 def fit(make_data, root, stop_at=None, ckpt_path=None) -> Recorder:
     module = Recorder(stop_at)
-    checkpoints = pl.callbacks.ModelCheckpoint(
-        dirpath=str(root / "checkpoints"), monitor="val/acc", mode="max", save_last=True
-    )
+    callbacks = OmegaConf.load(CONF_DIR / "callbacks" / "default.yaml")  # the runs' checkpoints
+    checkpoints = [callbacks.model_checkpoint, callbacks.last_checkpoint]
+    for cfg in checkpoints:
+        cfg.dirpath = str(root / "checkpoints")
     trainer = pl.Trainer(
         max_epochs=2,
         val_check_interval=3,  # last.ckpt after steps 3, 6, 9 of each epoch
-        callbacks=[checkpoints],
+        callbacks=[instantiate(cfg) for cfg in checkpoints],
         default_root_dir=str(root),
         logger=False,
         enable_progress_bar=False,
