@@ -160,11 +160,19 @@ def test_resume_errors(tmp_path):
     (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"")
     (run_dir / ".hydra").mkdir()
     (run_dir / ".hydra" / "overrides.yaml").write_text("- model.hidden_size=16\n- seed=1\n")
+    (run_dir / ".hydra" / "config.yaml").write_text("seed: 1\n")
     check_resume(str(run_dir), ["seed=1", "model.hidden_size=16", "trainer.max_epochs=9"])
     with pytest.raises(ConfigError, match=r"differing: model.hidden_size, scorer\)") as err:
         check_resume(str(run_dir), ["seed=1", "model.hidden_size=8", "scorer=dot"])
     assert f"python -m attnexp model.hidden_size=16 seed=1 resume={run_dir}" in str(err.value)
     assert Path(resolve_run_dir("auto", str(tmp_path), ["seed=1"])).parent == tmp_path  # none: new
+    # resume=auto finds the run also when a setting that may change does (train longer)
+    runs_root = run_dir.parent
+    longer = ["seed=1", "model.hidden_size=16", "trainer.max_epochs=9"]
+    assert resolve_run_dir("auto", str(runs_root), longer) == str(run_dir)
+    assert resolve_run_dir("auto", str(runs_root), ["seed=1"]) != str(run_dir)  # not the same run
+    with pytest.raises(ConfigError, match=r"lies inside the run .*: give the run dir, resume="):
+        check_resume(str(run_dir / "checkpoints" / "last.ckpt"), longer)
 
 
 def ended_pid() -> int:

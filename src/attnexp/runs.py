@@ -57,15 +57,16 @@ def _without_resume(overrides: list[str]) -> list[str]:
 
 
 def find_resumable(runs_root: Path, overrides: list[str]) -> Path | None:
-    """The newest run under `runs_root` with the same overrides (resume= aside) and a last.ckpt."""
-    wanted = _without_resume(overrides)
+    """The newest run under `runs_root` with a last.ckpt, started with these overrides (apart
+    from `resume=` and `RESUME_MAY_CHANGE`: `trainer.max_epochs=20 resume=auto` trains on)."""
+    wanted = _fixed_settings(overrides)
     candidates = []
     for run_dir in runs_root.glob("*"):
         saved = run_dir / ".hydra" / "overrides.yaml"
         if (
             (run_dir / LAST_CKPT).is_file()
             and saved.is_file()
-            and _without_resume(yaml.safe_load(saved.read_text()) or []) == wanted
+            and _fixed_settings(yaml.safe_load(saved.read_text()) or []) == wanted
         ):
             candidates.append(run_dir)
     return max(candidates, key=lambda d: (d / LAST_CKPT).stat().st_mtime, default=None)
@@ -94,29 +95,35 @@ def _by_key(overrides: list[str]) -> dict[str, str]:
     return {override_key(o): o for o in _without_resume(overrides)}
 
 
+def _fixed_settings(overrides: list[str]) -> dict[str, str]:
+    """What a resumed run must be started with again: all but `RESUME_MAY_CHANGE`."""
+    return {k: o for k, o in _by_key(overrides).items() if not k.startswith(RESUME_MAY_CHANGE)}
+
+
 def check_resume(resume: str, overrides: list[str]) -> None:
     """`resume=<dir>`: the dir holds a last checkpoint, and this command sets what the run was
     started with (apart from `RESUME_MAY_CHANGE`)."""
     run_dir = Path(resume).expanduser().resolve()
+    held = run_holding(run_dir)
+    if held is not None and held != run_dir:  # e.g. <run>/checkpoints/last.ckpt
+        raise ConfigError(
+            f"resume={resume} lies inside the run {held}: give the run dir, resume={held}"
+        )
     if not (run_dir / LAST_CKPT).is_file():
         raise ConfigError(
             f"resume={resume}: no {LAST_CKPT} in {run_dir} (give a run dir with a last checkpoint, "
             f"or resume=auto)"
         )
     saved_file = run_dir / ".hydra" / "overrides.yaml"
-    saved = _by_key(yaml.safe_load(saved_file.read_text()) or []) if saved_file.is_file() else {}
-    given = _by_key(overrides)
-    differ = sorted(
-        key
-        for key in saved.keys() | given.keys()
-        if saved.get(key) != given.get(key) and not key.startswith(RESUME_MAY_CHANGE)
-    )
+    saved = (yaml.safe_load(saved_file.read_text()) or []) if saved_file.is_file() else []
+    wanted, given = _fixed_settings(saved), _fixed_settings(overrides)
+    differ = sorted(k for k in wanted.keys() | given.keys() if wanted.get(k) != given.get(k))
     if differ:
         raise ConfigError(
             f"resume={resume}: that run was started with other settings (differing: "
             f"{', '.join(differ)}). A resumed run continues with its own settings; only "
             f"{', '.join(RESUME_MAY_CHANGE)} may change. To resume it: python -m attnexp "
-            f"{' '.join([*saved.values(), f'resume={resume}'])}"
+            f"{' '.join([*_by_key(saved).values(), f'resume={resume}'])}"
         )
 
 
