@@ -19,6 +19,9 @@ def test_sweep_with_a_failing_job_then_report(tmp_path):
     result = run_cli(tmp_path, "-m", "data.variable=false,true", "data.min_bag_size=1,5", *TINY)
     assert result.returncode == 1, result.stderr[-4000:]  # the exit status counts failed jobs
     assert "1 job(s) failed" in result.stderr
+    output = result.stdout + result.stderr  # the log goes to stdout
+    assert "job 3 failed; the sweep goes on. error: " in output  # a user error: no traceback
+    assert "Traceback" not in output
     (sweep_dir,) = (tmp_path / "outputs" / "multiruns").iterdir()
     jobs = sorted(p.name for p in sweep_dir.iterdir() if p.is_dir())
     assert [j.split("_", 1)[0] for j in jobs] == ["0", "1", "2", "3"]

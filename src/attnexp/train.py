@@ -229,7 +229,11 @@ def main(cfg: DictConfig) -> float | None:
                 exit_with(err)
             raise
         # One failed job must not end the sweep: it is recorded (status=failed) and counted.
-        log.exception("job %s failed; the sweep goes on", HydraConfig.get().job.num)
+        job = HydraConfig.get().job.num
+        if isinstance(err, ConfigError):  # the user's settings: the message says it all
+            log.error("job %s failed; the sweep goes on. error: %s", job, err)
+        else:
+            log.exception("job %s failed; the sweep goes on", job)
         FAILED_JOBS.append(HydraConfig.get().runtime.output_dir)
         return None
     if HydraConfig.get().mode == RunMode.RUN:
