@@ -25,7 +25,7 @@ from attnexp.checkpoints import load_run
 from attnexp.errors import ConfigError
 from attnexp.evaluate import check_same_data, run_overrides
 from attnexp.runs import check_not_running, check_resume, resolve_run_dir, writer_alive
-from attnexp.train import checkpoint_step
+from attnexp.train import check_settings, checkpoint_step
 
 
 def read(path: Path) -> dict:
@@ -397,3 +397,32 @@ def test_last_ckpt_is_the_latest_state_not_the_best(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["last.ckpt", Path(best.best_model_path).name]
     )
+
+
+@pytest.mark.parametrize(
+    "overrides,match",
+    [
+        (["seed=abc"], r"seed='abc' must be a whole number"),
+        (["trainer.max_epochs=abc"], r"trainer.max_epochs='abc' must be a whole number of epochs"),
+        (["optimizer.lr=-1"], r"optimizer.lr=-1 must be a positive number"),
+        (
+            ["experiment=nndl_imdb_mean", "trainer.limit_train_batches=5"],
+            r"trainer.val_check_interval=10 validates every 10 training batches, but "
+            r"trainer.limit_train_batches=5",
+        ),
+    ],
+)
+def test_settings_refused_before_training(compose_cfg, overrides, match):
+    """Lightning and torch would stop on these with tracebacks from inside fit()."""
+    with pytest.raises(ConfigError, match=match):
+        check_settings(compose_cfg(*overrides))
+
+
+def test_debug_limit_works_with_step_validation(compose_cfg):
+    check_settings(compose_cfg("experiment=nndl_imdb_mean", "debug=limit"))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_gpu_trainer_without_a_gpu(compose_cfg):
+    with pytest.raises(ConfigError, match=r"trainer.accelerator=gpu: this machine sees no CUDA"):
+        check_settings(compose_cfg("trainer=gpu"))

@@ -61,6 +61,7 @@ def draw_seed(cfg: DictConfig, record: RunRecord) -> None:
 
 
 def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str, float]:
+    check_settings(cfg)
     if cfg.seed is None:
         draw_seed(cfg, record)
     pl.seed_everything(cfg.seed, workers=True)
@@ -134,6 +135,41 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         final = {f"final/{k}": v for k, v in metrics.items() if k.startswith(("val/", "test/"))}
         tb_logger.log_hyperparams(flatten_hparams(hparams), metrics=final)
     return metrics
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """Settings that torch or Lightning would refuse with a traceback from deep inside fit()."""
+    seed, epochs = cfg.get("seed"), cfg.trainer.get("max_epochs")
+    if seed is not None and type(seed) is not int:
+        raise ConfigError(f"seed={seed!r} must be a whole number (set seed=0, 1, ... or null)")
+    if epochs is not None and (type(epochs) is not int or epochs < -1):
+        raise ConfigError(
+            f"trainer.max_epochs={epochs!r} must be a whole number of epochs (-1: no limit)"
+        )
+    lr = cfg.get("optimizer", {}).get("lr")
+    if lr is not None and (type(lr) not in (int, float) or lr <= 0):
+        raise ConfigError(f"optimizer.lr={lr!r} must be a positive number (e.g. optimizer.lr=1e-3)")
+    accelerator = str(cfg.trainer.get("accelerator"))
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"trainer.accelerator={accelerator}: this machine sees no CUDA device (use "
+            f"trainer=cpu, or trainer=default, which takes what there is)"
+        )
+    check_val_interval(cfg.trainer)
+
+
+def check_val_interval(trainer_cfg: DictConfig) -> None:
+    """Lightning stops with a traceback when a step interval between validations is longer than
+    the epoch that `limit_train_batches` leaves."""
+    interval = trainer_cfg.get("val_check_interval")
+    limit = trainer_cfg.get("limit_train_batches")
+    if type(interval) is int and type(limit) is int and limit < interval:
+        raise ConfigError(
+            f"trainer.val_check_interval={interval} validates every {interval} training batches, "
+            f"but trainer.limit_train_batches={limit} ends each epoch before the first check (set "
+            f"trainer.val_check_interval=1.0 to validate once per epoch, or limit_train_batches "
+            f">= {interval})"
+        )
 
 
 def best_checkpoint_callback(trainer: pl.Trainer) -> ModelCheckpoint | None:
