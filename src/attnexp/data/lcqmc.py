@@ -301,7 +301,7 @@ class LCQMCDataModule(AttnDataModule):
             name: int((d.lengths >= self.max_seq_len).sum()) for name, d in self.datasets.items()
         }
         log.info(
-            "LCQMC (%s, train_split=%s): %s pairs, vocab %d, at max_seq_len=%d: %s",
+            "LCQMC (%s, train_split=%s): %s pairs, vocab %d, pairs cut to max_seq_len=%d: %s",
             self.source,
             self.train_split,
             counts,
