@@ -1,12 +1,15 @@
 import json
+from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from cli_helpers import run_cli
 from omegaconf import OmegaConf
 
 from attnexp.checkpoints import (
     apply_overrides,
+    compose_command_cfg,
     find_checkpoint,
     given_ckpt_path,
     load_choices,
@@ -16,6 +19,7 @@ from attnexp.checkpoints import (
     run_dir_of,
 )
 from attnexp.errors import ConfigError
+from attnexp.evaluate import summary
 
 
 @pytest.fixture
@@ -79,8 +83,10 @@ def test_checkpoint_weights_must_be_readable_and_fit(tmp_path):
     with pytest.raises(ConfigError, match=r"does not fit .*size mismatch for weight.*drop it"):
         load_weights(torch.nn.Linear(8, 2), tmp_path / "ok.ckpt")
     (tmp_path / "bad.ckpt").write_text("{}")
-    with pytest.raises(ConfigError, match="not a readable Lightning checkpoint"):
+    with pytest.raises(ConfigError, match="bad.ckpt is not a Lightning checkpoint") as err:
         read_weights(tmp_path / "bad.ckpt")
+    assert "\n" not in str(err.value) and "weights_only" not in str(err.value)  # not torch's
+    assert "give ckpt_path=<a run dir, or a .ckpt in its checkpoints/>" in str(err.value)
     with pytest.raises(ConfigError, match="ckpt_path is missing"):
         given_ckpt_path(OmegaConf.create({"ckpt_path": "???"}))
 
@@ -96,3 +102,72 @@ def test_overrides_must_name_existing_keys():
         apply_overrides(cfg, ["data.batch_sise=1"])
     with pytest.raises(ConfigError, match="not key=value"):
         apply_overrides(cfg, ["data.batch_size"])
+
+
+def test_a_folder_inside_a_run_stands_for_the_run(run_dir):
+    assert find_checkpoint(run_dir / "checkpoints").name == "best.ckpt"
+    (run_dir / "checkpoints" / "sub").mkdir()
+    assert load_run(run_dir / "checkpoints" / "sub")[2:] == (
+        run_dir,
+        run_dir / "checkpoints" / "best.ckpt",
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "overrides", "message"),
+    [
+        (
+            "evaluate",
+            ["ckpt_path=x", "data.batch_size=512"],
+            r"^evaluate: data.batch_size=512 is not a setting of evaluate \(its own: ckpt_path, "
+            r"overrides, seed, trainer.\*, paths.\*\); a setting of the run goes inside "
+            r"overrides: 'overrides=\[\"data.batch_size=512\"\]'$",
+        ),
+        ("evaluate", ["+data.batch_size=512"], r"'overrides=\[\"data.batch_size=512\"\]'$"),
+        ("evaluate", ["model=lstm_attn"], r"model=lstm_attn is not a setting of evaluate \(.*\)$"),
+        (
+            "evaluate",
+            ["overrides=data.batch_size=512"],
+            r"overrides takes a list, write 'overrides=\[\"data.batch_size=512\"\]'",
+        ),
+        ("evaluate", ["overrides=data.batch_size"], "overrides takes a list"),
+        ("predict", ["no_such_key=1"], r"^predict: no_such_key=1 is not a setting of predict"),
+        ("evaluate", ["seed=1,2"], r"^evaluate: Ambiguous value for argument 'seed=1,2'$"),
+    ],
+)
+def test_command_line_overrides_are_said_in_one_line(command, overrides, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        compose_command_cfg(command, overrides)
+    assert "\n" not in str(err.value) and "use +" not in str(err.value)
+
+
+def test_run_settings_go_inside_overrides():
+    cfg = compose_command_cfg("evaluate", ['overrides=["data.batch_size=512"]', "seed=3"])
+    assert list(cfg.overrides) == ["data.batch_size=512"] and cfg.seed == 3
+
+
+def test_evaluate_command_line_is_checked_before_hydra(tmp_path):
+    result = run_cli(
+        tmp_path, "ckpt_path=nowhere", "data.batch_size=512", module="attnexp.evaluate"
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1].startswith(
+        "error: evaluate: data.batch_size=512 is not a setting of evaluate"
+    )
+    assert "+data.batch_size" not in result.stderr  # Hydra's advice
+
+
+def test_evaluate_summary_shows_every_test_metric():
+    data = {
+        "ckpt": "run/checkpoints/best.ckpt",
+        "metrics": {"test/loss": 0.7, "test/acc_bag10": 0.5, "test/acc_bag2": 0.25, "test/f1": 0.5},
+        "run_metrics": {"test/loss": 0.6875, "test/acc_bag2": 0.25, "val/acc": 1.0},
+    }
+    lines = summary(data, Path("evals/x")).splitlines()[3:]
+    assert [line.split() for line in lines] == [
+        ["test/acc_bag2", "0.2500", "0.2500"],
+        ["test/acc_bag10", "0.5000", "-"],
+        ["test/f1", "0.5000", "-"],
+        ["test/loss", "0.7000", "0.6875"],
+    ]
+    assert len({len(line) for line in lines}) == 1  # the run's column lines up

@@ -148,15 +148,41 @@ def test_clear_errors_without_traceback(run_dir, capsys, tmp_path):
         (["RUN", "text_a=hi", "text_b=ho"], "text_a=, text_b= do not apply: model=lstm_mhsa"),
         (["RUN", "texts_file=TMP"], "texts_file=.* is a directory"),
         (["RUN", "texts_file=TMP/latin1.txt"], "latin1.txt is not UTF-8 text"),
+        (["RUN", "texts_file=TMP/empty.txt"], r"texts_file=.*empty.txt holds no lines to classify"),
+        (
+            ["RUN", "text=hi", "data.max_seq_len=8"],
+            r"data.max_seq_len=8 is not a setting of predict .*'overrides=\[\"data.max_seq_len=8\"\]'",
+        ),
+        (
+            ["RUN", "text=hi", "+data.max_seq_len=8"],
+            r"is not a setting of predict .*'overrides=\[\"data.max_seq_len=8\"\]'",
+        ),
+        (
+            ["RUN", "text=hi", "overrides=data.max_seq_len=8"],
+            r"overrides takes a list, write 'overrides=\[\"data.max_seq_len=8\"\]'",
+        ),
+        (
+            ["RUN/metrics.json", "text=hi"],
+            r"metrics.json is not a Lightning checkpoint \(.ckpt\) file .*: give ckpt_path=<.*/>$",
+        ),
     ],
 )
 def test_more_clear_errors(run_dir, capsys, tmp_path, args, message):
     (tmp_path / "latin1.txt").write_bytes("a great caf\xe9 film\n".encode("latin-1"))
+    (tmp_path / "empty.txt").write_bytes(b"")
     args = [a.replace("TMP", str(tmp_path)) for a in args]
-    args = [f"ckpt_path={run_dir}" if a == "RUN" else a for a in args]
+    args = [f"ckpt_path={run_dir}{a[3:]}" if a.startswith("RUN") else a for a in args]
     rc, _, err = predict(capsys, *args, f"out_dir={tmp_path / 'out'}")
     assert rc == 2 and "Traceback" not in err
     assert err.startswith("error: ") and re.search(message, err), err
+    assert err.count("\n") == 1  # one line
+
+
+def test_a_folder_inside_the_run_stands_for_the_run(run_dir, capsys, tmp_path):
+    rc, out, _ = predict(
+        capsys, f"ckpt_path={run_dir / 'checkpoints'}", "text=a great film", f"out_dir={tmp_path}"
+    )
+    assert rc == 0 and out.split()[0] in ("positive", "negative")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")

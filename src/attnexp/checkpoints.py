@@ -12,16 +12,19 @@ group options were chosen) and `checkpoints/*.ckpt`.
 import json
 import logging
 import pickle
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 import yaml
+from hydra import compose, initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 from attnexp.errors import ConfigError
-from attnexp.runs import LAST_CKPT, METRICS_FILE, RUN_CONFIG, run_holding
+from attnexp.runs import LAST_CKPT, METRICS_FILE, RUN_CONFIG, override_key, run_holding
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +37,48 @@ def given_ckpt_path(cfg: DictConfig) -> str:
     if OmegaConf.is_missing(cfg, "ckpt_path"):
         raise ConfigError("ckpt_path is missing: give ckpt_path=<a run dir or a .ckpt file>")
     return str(cfg.ckpt_path)
+
+
+def not_a_setting(command: str, override: str) -> ConfigError:
+    """A key that `<command>.yaml` lacks (the composed config of the command, not of the run)."""
+    base = compose(command)
+    own = [f"{k}.*" if OmegaConf.is_dict(OmegaConf.select(base, k)) else k for k in base]
+    hint = (  # a group choice (model=...) is the run's own and cannot change
+        f"; a setting of the run goes inside overrides: 'overrides=[\"{override.lstrip('+')}\"]'"
+        if "." in override_key(override)
+        else ""
+    )
+    return ConfigError(
+        f"{command}: {override} is not a setting of {command} (its own: {', '.join(own)}){hint}"
+    )
+
+
+def compose_command_cfg(command: str, overrides: list[str]) -> DictConfig:
+    """`<command>.yaml` (evaluate, predict) composed with the command line's overrides. Hydra's
+    advice for a run setting given as `data.x=...` (`+data.x=...`, which adds a key the command
+    ignores) is replaced by where it goes: `overrides=["data.x=..."]`."""
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module("attnexp.conf", version_base="1.3"):
+            for override in overrides:
+                key, _, value = override.partition("=")
+                if override_key(override) == "overrides" and not value.lstrip().startswith("["):
+                    raise ConfigError(
+                        f"{command}: {override}: overrides takes a list, write "
+                        f"'overrides=[\"{value}\"]' (one quoted key=value per setting)"
+                    )
+                if key.startswith("+") and not key.startswith("+hydra"):
+                    raise not_a_setting(command, override)
+            try:
+                return compose(command, overrides=overrides)
+            except Exception as err:  # Hydra's override/config errors
+                key = re.match(r"Could not override '([^']+)'", str(err))
+                bad = [o for o in overrides if key and override_key(o) == key.group(1)]
+                if bad:
+                    raise not_a_setting(command, bad[0]) from None
+                raise ConfigError(f"{command}: {str(err).splitlines()[0]}") from None
+    finally:
+        GlobalHydra.instance().clear()
 
 
 @contextmanager
@@ -62,12 +107,14 @@ def read_record(run_dir: str | Path) -> dict:
 
 
 def find_checkpoint(path: str | Path) -> Path:
-    """A checkpoint file, or a run dir -> its best checkpoint (from metrics.json), else last.ckpt."""
+    """A checkpoint file, or a run dir (or a folder inside one) -> its best checkpoint (from
+    metrics.json), else last.ckpt."""
     path = Path(path).expanduser()
     if path.is_file():
         return path.resolve()
     if not path.is_dir():
         raise ConfigError(f"ckpt_path={path} does not exist (give a .ckpt file or a run dir)")
+    path = run_holding(path) or path  # a folder inside a run (its checkpoints/): the run
     best = read_record(path).get("best_ckpt")
     if best:
         if (path / best).is_file():
@@ -166,7 +213,11 @@ def read_weights(ckpt: str | Path) -> dict:
     try:
         return torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
     except (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as err:
-        raise ConfigError(f"{ckpt} is not a readable Lightning checkpoint ({err})") from err
+        # torch's own message runs to several lines (and advises weights_only=False): not here
+        raise ConfigError(
+            f"{ckpt} is not a Lightning checkpoint (.ckpt) file ({type(err).__name__}): give "
+            f"ckpt_path=<a run dir, or a .ckpt in its checkpoints/>"
+        ) from err
 
 
 def load_weights(task: torch.nn.Module, ckpt: str | Path, state: dict | None = None) -> None:

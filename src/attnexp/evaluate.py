@@ -7,6 +7,7 @@ metrics next to those the run itself reported.
 
 import logging
 import re
+import sys
 from pathlib import Path
 
 import hydra
@@ -16,6 +17,7 @@ from omegaconf import DictConfig
 
 from attnexp.build import build, check_data_dir, given
 from attnexp.checkpoints import (
+    compose_command_cfg,
     given_ckpt_path,
     load_run,
     load_weights,
@@ -107,6 +109,7 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
 
 
 def summary(data: dict, out_dir: Path) -> str:
+    """Each test/* metric of the evaluation next to the run's ('-' where the run has none)."""
     lines = [
         f"checkpoint: {data['ckpt']}",
         f"eval dir:   {out_dir}",
@@ -117,10 +120,23 @@ def summary(data: dict, out_dir: Path) -> str:
     )
     for key in natural:
         value = data["metrics"][key]
-        if key.startswith("test/acc"):
+        if key.startswith("test/"):
             before = data.get("run_metrics", {}).get(key)
-            lines.append(f"  {key:<24} {value:8.4f} {'' if before is None else f'{before:8.4f}'}")
+            lines.append(
+                f"  {key:<24} {value:8.4f} {'-' if before is None else f'{before:8.4f}':>8}"
+            )
     return "\n".join(lines)
+
+
+def check_command_line(argv: list[str]) -> None:
+    """The overrides, checked before hydra.main composes evaluate.yaml with them: Hydra's own
+    message for a run setting (`+data.x=...`) would add a key that evaluate ignores. A command
+    with Hydra's flags (-m, --cfg, ...) is left to Hydra."""
+    if not any(arg.startswith("-") for arg in argv):
+        try:
+            compose_command_cfg("evaluate", argv)
+        except ConfigError as err:
+            exit_with(err)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://attnexp.conf", config_name="evaluate")
@@ -135,4 +151,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    check_command_line(sys.argv[1:])
     main()

@@ -19,13 +19,18 @@ import sys
 from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_module
-from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig
 
 from attnexp.build import build_model, check_config, instantiate_checked
-from attnexp.checkpoints import given_ckpt_path, load_run, load_weights, run_settings_hint
+from attnexp.checkpoints import (
+    compose_command_cfg,
+    given_ckpt_path,
+    load_run,
+    load_weights,
+    read_weights,
+    run_settings_hint,
+)
 from attnexp.config import register_resolvers
 from attnexp.data.base import AttnDataModule
 from attnexp.data.text import read_lines
@@ -49,17 +54,6 @@ def split_args(argv: list[str], raw_keys: tuple[str, ...]) -> tuple[dict[str, st
         else:
             overrides.append(arg)
     return raw, overrides
-
-
-def compose_predict_cfg(overrides: list[str]) -> DictConfig:
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_module("attnexp.conf", version_base="1.3"):
-            return compose("predict", overrides=overrides)
-    except Exception as err:  # Hydra's override/config errors
-        raise ConfigError(f"predict: {err}") from err
-    finally:
-        GlobalHydra.instance().clear()
 
 
 def check_settings(cfg: DictConfig) -> None:
@@ -116,7 +110,7 @@ def raw_fields_of(run_cfg: DictConfig, model_name: str | None) -> tuple[str, ...
 
 
 def load_predictor(
-    run_cfg: DictConfig, run_dir: Path, ckpt: Path, device: str
+    run_cfg: DictConfig, run_dir: Path, ckpt: Path, weights: dict, device: str
 ) -> tuple[AttnDataModule, torch.nn.Module]:
     """(DataModule with the run's artifacts loaded, model with the checkpoint's weights)."""
     datamodule: AttnDataModule = instantiate_checked(run_cfg.data)
@@ -129,7 +123,7 @@ def load_predictor(
         num_classes=datamodule.num_classes,
         test_set_names=datamodule.test_set_names,
     )
-    load_weights(task, ckpt)
+    load_weights(task, ckpt, weights)
     return datamodule, model.eval().to(device)
 
 
@@ -175,6 +169,11 @@ def read_examples(
                     f"{path}:{number}: {len(parts)} tab-separated field(s), expected {len(fields)} ({', '.join(fields)})"
                 )
             examples.append(dict(zip(fields, parts, strict=True)))
+    if not examples and cfg.texts_file is not None:
+        raise ConfigError(
+            f"texts_file={cfg.texts_file} holds no lines to classify (give a file with one "
+            f"example per line, or {' '.join(f'{f}=...' for f in fields)})"
+        )
     if not examples:
         raise ConfigError(
             f"nothing to predict: give {' '.join(f'{f}=...' for f in fields)} or texts_file=<file>"
@@ -193,8 +192,9 @@ def predict(cfg: DictConfig, raw: dict[str, str]) -> list[dict]:
     check_config(run_cfg, choices)
     model_name = choices.get("model")
     examples = read_examples(cfg, raw, raw_fields_of(run_cfg, model_name), model_name)
+    weights = read_weights(ckpt)  # not a checkpoint: said before, not as a run setting
     with run_settings_hint("predict"):
-        datamodule, model = load_predictor(run_cfg, run_dir, ckpt, cfg.device)
+        datamodule, model = load_predictor(run_cfg, run_dir, ckpt, weights, cfg.device)
     out_dir.mkdir(parents=True, exist_ok=given_dir)  # the default one is always new
     results = [{"input": ex, "problem": datamodule.check_raw(ex)} for ex in examples]
     valid = [i for i, r in enumerate(results) if r["problem"] is None]
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         raw, overrides = split_args(argv, RAW_KEYS)
-        cfg = compose_predict_cfg(overrides)
+        cfg = compose_command_cfg("predict", overrides)
         results = predict(cfg, raw)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
