@@ -19,9 +19,10 @@ from attnexp.data.resumable import ResumableLoader
 BATCHES_PER_EPOCH = 9  # 36 training examples (or bags) in batches of 4
 
 
-def imdb_data(root):
+def imdb_data(root, num_workers=0):
     write_imdb(root / "data", num_train=40, num_test=8)
     return lambda: IMDBDataModule(
+        num_workers=num_workers,
         data_dir=str(root / "data"),
         cache_dir=str(root / "cache"),
         vocab_size=200,
@@ -99,7 +100,13 @@ def fit(make_data, root, stop_at=None, ckpt_path=None) -> Recorder:
     return module
 
 
-@pytest.mark.parametrize("data", [imdb_data, bag_data], ids=["text", "bags"])
+def imdb_data_in_a_worker(root):
+    return imdb_data(root, num_workers=1)  # the DataLoader reads its index sampler twice then
+
+
+@pytest.mark.parametrize(
+    "data", [imdb_data, bag_data, imdb_data_in_a_worker], ids=["text", "bags", "text-worker"]
+)
 @pytest.mark.parametrize("stop_at", [4, BATCHES_PER_EPOCH + 5], ids=["epoch0", "epoch1"])
 def test_a_mid_epoch_resume_sees_what_the_uninterrupted_run_sees(tmp_path, data, stop_at):
     make_data = data(tmp_path)

@@ -59,7 +59,9 @@ class ResumableLoader(DataLoader):
         epoch = self._sampler_epoch()
         self._skip = self._batches_to_skip(epoch)
         self._position = {"epoch": epoch, "batches": self._skip}
-        for batch in super().__iter__():
+        batches = super().__iter__()  # reads the index sampler: once, or twice with workers
+        self._skip = 0
+        for batch in batches:
             self._position["batches"] += 1
             yield batch
 
@@ -71,8 +73,7 @@ class _SkipFirst:
         self.sampler, self.loader = sampler, loader
 
     def __iter__(self) -> Iterator[Any]:
-        skip, self.loader._skip = self.loader._skip, 0
-        return itertools.islice(iter(self.sampler), skip, None)
+        return itertools.islice(iter(self.sampler), self.loader._skip, None)
 
     def __len__(self) -> int:
         return len(self.sampler)
