@@ -11,6 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from attnexp import report
+from attnexp.runs import natural_key
 
 
 def write_run(
@@ -314,3 +315,14 @@ def test_a_run_whose_process_is_gone_is_marked_killed(tmp_path):
     write_run(tmp_path, "elsewhere", status="running", pid=child.pid, host="other-machine")
     rows = list(csv.DictReader(report.write_report(tmp_path)["csv"].open()))
     assert {r["run"]: r["status"] for r in rows} == {"elsewhere": "running", "gone": "killed"}
+
+
+def test_names_in_natural_order():
+    names = ["test/acc_bag10", "test/acc_bag2", "test/acc", "10_seed=1", "9_seed=0"]
+    assert sorted(names, key=natural_key) == [
+        "9_seed=0",
+        "10_seed=1",
+        "test/acc",
+        "test/acc_bag2",
+        "test/acc_bag10",
+    ]

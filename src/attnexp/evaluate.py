@@ -6,7 +6,6 @@ metrics next to those the run itself reported.
 """
 
 import logging
-import re
 import sys
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from attnexp.checkpoints import (
 )
 from attnexp.config import register_resolvers
 from attnexp.errors import ConfigError, exit_with
-from attnexp.runs import RunRecord, override_key
+from attnexp.runs import RunRecord, natural_key, override_key
 from attnexp.train import device_name, scalar_metrics
 
 log = logging.getLogger(__name__)
@@ -115,10 +114,7 @@ def summary(data: dict, out_dir: Path) -> str:
         f"eval dir:   {out_dir}",
         f"  {'metric':<24} {'eval':>8} {'run':>8}",
     ]
-    natural = sorted(
-        data["metrics"], key=lambda k: [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", k)]
-    )
-    for key in natural:
+    for key in sorted(data["metrics"], key=natural_key):
         value = data["metrics"][key]
         if key.startswith("test/"):
             before = data.get("run_metrics", {}).get(key)

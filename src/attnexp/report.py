@@ -29,7 +29,7 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from attnexp.runs import METRICS_FILE, writer_alive
+from attnexp.runs import METRICS_FILE, natural_key, writer_alive
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ def find_runs(root: Path) -> list[Run]:
 def find_records(root: Path) -> tuple[list[Run], list[Run]]:
     """The training runs under `root`, with their variants, and the evaluation records; each in
     a stable order."""
-    paths = sorted(_record_files(root), key=lambda p: _natural_key(str(p.relative_to(root))))
+    paths = sorted(_record_files(root), key=lambda p: natural_key(str(p.relative_to(root))))
     records = [load_run(p, root) for p in paths]
     runs = [run for run in records if run.kind != EVALUATE]
     keys = {k for run in runs for k in run.settings}
@@ -227,10 +227,6 @@ def _record_files(root: Path) -> list[Path]:
     return found
 
 
-def _natural_key(text: str) -> list:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
-
-
 def varied_keys(runs: list[Run]) -> list[str]:
     """Settings whose value differs between runs (seeds aside): what tells variants apart."""
     keys = sorted({k for run in runs for k in run.settings if not k.startswith(NOT_VARIANT)})
@@ -247,7 +243,7 @@ def metric_columns(runs: list[Run], main_only: bool) -> list[str]:
     main = [k for k in MAIN_METRICS if k in present]
     if main_only and main:
         return main
-    rest = sorted(present - set(main), key=_natural_key)
+    rest = sorted(present - set(main), key=natural_key)
     return main + rest
 
 

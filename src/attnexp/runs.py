@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import platform
+import re
 import time
 import traceback
 import uuid
@@ -40,6 +41,11 @@ RESUME_MAY_CHANGE = (
     "data.num_workers",
     "paths.",
 )
+
+
+def natural_key(name: str) -> list:
+    """Sort key for run and metric names: numbers by value, so test/acc_bag2 before _bag10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 def new_run_name() -> str:
