@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 
 import attnexp
 from attnexp.errors import ConfigError, exit_with
+from attnexp.files import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -231,9 +232,8 @@ def hydra_subdir(run_dir: str) -> str:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    tmp.replace(path)  # atomic: a reader never sees half a file
+    text = json.dumps(data, indent=2, default=str) + "\n"
+    write_atomically(path, lambda partial: partial.write_text(text))
 
 
 class RunRecord:

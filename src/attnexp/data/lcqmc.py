@@ -15,7 +15,6 @@ validate on the rest (split with the fixed `split_seed`), test on the official t
 import functools
 import hashlib
 import logging
-import os
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -30,6 +29,7 @@ from attnexp.data.resumable import ResumableLoader
 from attnexp.data.sources import hub_offline, resolve
 from attnexp.data.text import not_utf8
 from attnexp.errors import ConfigError, require_positive
+from attnexp.files import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -275,16 +275,13 @@ class LCQMCDataModule(AttnDataModule):
         ids = [torch.tensor(s, dtype=torch.long) for s in ids]
         segments = [torch.tensor(s, dtype=torch.long) for s in segments]
         if cache is not None:
-            cache.parent.mkdir(parents=True, exist_ok=True)
             # Flat tensors: one pickle of 20k small tensors loads ~100x slower.
             flat = {
                 "ids": torch.cat(ids),
                 "segments": torch.cat(segments),
                 "lengths": torch.tensor([len(t) for t in ids]),
             }
-            partial = cache.with_suffix(f".tmp{os.getpid()}")
-            torch.save(flat, partial)
-            partial.replace(cache)  # atomic: a run started meanwhile never reads half a file
+            write_atomically(cache, lambda partial: torch.save(flat, partial))
         return PairDataset(ids, segments, torch.tensor(pairs[2]))
 
     def setup(self, stage: str | None = None) -> None:

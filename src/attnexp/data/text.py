@@ -18,6 +18,7 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from attnexp.errors import ConfigError
+from attnexp.files import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -134,14 +135,8 @@ def train_word_tokenizer(
 
 
 def write_tokenizer(tokenizer: Tokenizer, path: str | Path) -> Path:
-    """Atomically: a run started meanwhile (a parallel sweep job, a DDP rank) never reads half a
-    file, and a run killed while writing leaves no broken file behind."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(f".tmp{os.getpid()}")
-    tokenizer.save(str(partial))
-    partial.replace(path)
-    return path
+    """Atomically (see `write_atomically`)."""
+    return write_atomically(Path(path), lambda partial: tokenizer.save(str(partial)))
 
 
 def save_tokenizer(tokenizer: Tokenizer, folder: str | Path) -> Path:
