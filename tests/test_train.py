@@ -124,10 +124,26 @@ def test_evaluate_tests_on_the_runs_kind_of_data(tmp_path):
             run_overrides(cfg, cli)
     cfg = inside
     record = {"data_source": "local"}
-    with pytest.raises(ConfigError, match=r"tested on local data, this evaluation found sample"):
+    with pytest.raises(ConfigError, match=r"tested on local data, this evaluation reads sample"):
         check_same_data("sample", record, cfg, [])  # e.g. the run's data dir has gone
     check_same_data("sample", record, cfg, ["data.source=sample"])  # asked for on purpose
     check_same_data("local", record, cfg, [])
+
+
+def test_evaluate_refuses_other_data_before_loading_it(tmp_path):
+    run = run_cli(tmp_path, *TINY, "data.source=auto")  # no mnist/ and offline: the sample
+    assert run.returncode == 0, run.stderr[-2000:]
+    (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
+    (tmp_path / "other" / "mnist").mkdir(parents=True)  # would be read; holds no files
+    result = run_cli(
+        tmp_path,
+        f"ckpt_path={run_dir}",
+        f"paths.data_dir={tmp_path}/other",
+        module="attnexp.evaluate",
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "tested on sample data, this evaluation reads local data" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_resume_auto_then_a_run_dir(finished_run):

@@ -2,6 +2,7 @@
 
 import inspect
 import logging
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
@@ -103,15 +104,20 @@ def build(
     choices: dict[str, str | None],
     artifacts_dir: str | None = None,
     overrides: list[str] = (),
+    before_setup: Callable[[AttnDataModule], None] | None = None,
 ):
     """Returns (datamodule, task); the DataModule is set up for fit.
 
     artifacts_dir: a finished run's dir whose saved artifacts (e.g. its tokenizer) the DataModule
         reuses instead of rebuilding them (evaluate, predict).
     overrides: the command line's, to tell options the user set from the models' defaults.
+    before_setup: called with the DataModule before it loads anything (a check that should fail
+        fast, before tokenizing a dataset).
     """
     check_config(cfg, choices, overrides)
     datamodule: AttnDataModule = instantiate_checked(cfg.data)
+    if before_setup is not None:
+        before_setup(datamodule)
     if artifacts_dir is not None:
         datamodule.load_artifacts(str(artifacts_dir))
     datamodule.prepare_data()

@@ -25,6 +25,7 @@ from attnexp.checkpoints import (
     run_settings_hint,
 )
 from attnexp.config import register_resolvers
+from attnexp.data.base import AttnDataModule
 from attnexp.errors import ConfigError, exit_with
 from attnexp.runs import RunRecord, natural_key, override_key
 from attnexp.train import device_name, scalar_metrics
@@ -52,7 +53,7 @@ def check_same_data(source: str, run_record: dict, run_cfg: DictConfig, override
     recorded = run_record.get("data_source")
     if recorded and source != recorded and not given("data.source", overrides):
         raise ConfigError(
-            f"the run was tested on {recorded} data, this evaluation found {source} data "
+            f"the run was tested on {recorded} data, this evaluation reads {source} data "
             f"(paths.data_dir={run_cfg.paths.data_dir}): give paths.data_dir=<the folder the run "
             f'used>, or overrides=["data.source={source}"] to evaluate on it anyway'
         )
@@ -77,8 +78,16 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
         seed = cfg.seed if cfg.seed is not None else run_cfg.get("seed")
         if seed is not None:
             pl.seed_everything(seed, workers=True)
+
+        def check_planned_data(datamodule: AttnDataModule) -> None:
+            # "hub" may still fall back to the sample: that is checked once the data is loaded
+            if datamodule.planned_source() in ("local", "sample"):
+                check_same_data(datamodule.planned_source(), run_record, run_cfg, overrides)
+
         with run_settings_hint("evaluate"):
-            datamodule, task = build(run_cfg, choices, artifacts_dir=str(run_dir))
+            datamodule, task = build(
+                run_cfg, choices, artifacts_dir=str(run_dir), before_setup=check_planned_data
+            )
         record.update(data_source=datamodule.source, choices=choices)
         check_same_data(datamodule.source, run_record, run_cfg, overrides)
         if datamodule.source == "sample":

@@ -49,6 +49,7 @@ class BagMNISTDataModule(AttnDataModule):
     """
 
     input_kind = "bags"
+    data_subdir = "mnist"
 
     def __init__(
         self,

@@ -8,6 +8,8 @@ import pytorch_lightning as pl
 import torch
 from matplotlib.figure import Figure
 
+from attnexp.data.sources import planned
+
 log = logging.getLogger(__name__)
 
 
@@ -17,13 +19,27 @@ class AttnDataModule(pl.LightningDataModule):
     Subclasses set `input_kind` (the batch kind models must read), fill `source` during setup
     ("local" | "hub" | "sample") and provide `model_kwargs` (runtime sizes such as num_classes or
     vocab_size), `test_set_names` (extra test sets after the main one) and the attention figure.
+    Those that read `<data_dir>/<data_subdir>/` set `data_subdir` and keep `data_dir` and
+    `source_request` (the `data.source` setting), so `planned_source` can tell before loading.
     """
 
     input_kind: str = ""
+    data_subdir: str | None = None
+    has_hub: bool = True
+    has_sample: bool = True
 
     def __init__(self) -> None:
         super().__init__()
         self.source: str | None = None
+
+    def planned_source(self) -> str | None:
+        """The source setup will read ("local", "hub" or "sample"), decided without loading
+        anything; None when unknown."""
+        if self.data_subdir is None:
+            return None
+        return planned(
+            self.source_request, self.data_dir / self.data_subdir, self.has_hub, self.has_sample
+        )
 
     @property
     def model_kwargs(self) -> dict[str, Any]:

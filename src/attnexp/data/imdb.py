@@ -221,6 +221,7 @@ class IMDBDataModule(AttnDataModule):
     """
 
     input_kind = "tokens"
+    data_subdir = "imdb"
     raw_fields = ("text",)
 
     def __init__(
@@ -303,7 +304,12 @@ class IMDBDataModule(AttnDataModule):
         if self.splits is not None or stage == "predict":
             return
         raw, self.source = resolve(
-            "IMDB", self.source_request, self.data_dir / "imdb", load_local, load_hub, load_sample
+            "IMDB",
+            self.source_request,
+            self.data_dir / self.data_subdir,
+            load_local,
+            load_hub,
+            load_sample,
         )
         block = VAL_BLOCK if self.val_split == "blocks" else 1
         carved = raw[self.val_from]

@@ -130,6 +130,8 @@ class LCQMCDataModule(AttnDataModule):
     """
 
     input_kind = "pairs"
+    data_subdir = "lcqmc"
+    has_sample = False
 
     def __init__(
         self,
@@ -214,7 +216,7 @@ class LCQMCDataModule(AttnDataModule):
         return data
 
     def _load_raw(self) -> dict[str, Pairs]:
-        folder = self.data_dir / "lcqmc"
+        folder = self.data_dir / self.data_subdir
         if (
             self.source_request in ("auto", "local")
             and not folder.is_dir()

@@ -30,6 +30,22 @@ def sample_path(name: str) -> Path:
     return Path(str(resources.files("attnexp.data.samples").joinpath(name)))
 
 
+def planned(source: str, local_dir: Path, has_hub: bool, has_sample: bool) -> str | None:
+    """The source `resolve` reads first, decided before loading anything: "local", "hub" (under
+    `source=auto` a failing hub falls back to the sample) or "sample"; None when none applies."""
+    if source not in SOURCES:
+        raise ConfigError(
+            f"data.source '{source}' is not one of {', '.join(SOURCES)} (set data.source=...)"
+        )
+    if source == "local" or (source == "auto" and local_dir.is_dir()):
+        return "local"
+    if has_hub and (source == "hub" or (source == "auto" and not hub_offline())):
+        return "hub"
+    if has_sample and source in ("auto", "sample"):
+        return "sample"
+    return None
+
+
 def resolve(
     dataset: str,
     source: str,
@@ -39,18 +55,15 @@ def resolve(
     load_sample: Callable[[], T] | None,
 ) -> tuple[T, str]:
     """Load `dataset` from the requested source; returns (data, source used)."""
-    if source not in SOURCES:
-        raise ConfigError(
-            f"data.source '{source}' is not one of {', '.join(SOURCES)} (set data.source=...)"
-        )
-    if source == "local" or (source == "auto" and local_dir.is_dir()):
+    plan = planned(source, local_dir, load_hub is not None, load_sample is not None)
+    if plan == "local":
         if not local_dir.is_dir():
             raise ConfigError(
                 f"{dataset}: data folder {local_dir} does not exist (put the files there, or set "
                 f"paths.data_dir=<folder holding {local_dir.name}/>, or data.source=auto)"
             )
         return load_local(local_dir), "local"
-    if load_hub is not None and (source == "hub" or (source == "auto" and not hub_offline())):
+    if plan == "hub":
         try:
             return load_hub(), "hub"
         except Exception as err:  # network, auth or format: say which, then fall back
