@@ -97,6 +97,22 @@ def test_globbing_finds_the_configs():
     assert model_for_data()["bag_mnist"] in ("bag_attn", "bag_mlp")
 
 
+def test_every_conf_folder_is_a_listed_package():
+    """A new conf/ folder must join pyproject's `packages`, or a non-editable install warns (and
+    future setuptools would leave its yaml files out)."""
+    tomllib = pytest.importorskip("tomllib")
+    root = CONF_DIR.parent
+    listed = set(
+        tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    folders = {
+        ".".join(("attnexp.conf", *path.relative_to(CONF_DIR).parts))
+        for path in CONF_DIR.rglob("*")
+        if path.is_dir() and not path.name.startswith((".", "__"))
+    }
+    assert folders - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
+
+
 @pytest.mark.parametrize("override", group_options())
 def test_every_option_composes_and_builds(tiny_root, override):
     extra = []
