@@ -1,7 +1,9 @@
 """trainer=ddp_cpu: 2 gloo processes per job, one run dir and one metrics.json per job; data split by rank."""
 
 import json
+import os
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -9,6 +11,7 @@ from cli_helpers import TINY, run_cli
 from imdb_data import write_imdb
 from lcqmc_data import write_lcqmc
 from lightning_fabric.utilities.data import _replace_dunder_methods
+from omegaconf import OmegaConf
 from pytorch_lightning.trainer.connectors.data_connector import _get_distributed_sampler
 from pytorch_lightning.trainer.states import RunningStage
 from pytorch_lightning.utilities.data import _update_dataloader
@@ -18,20 +21,27 @@ from attnexp.data.bag_mnist import BagMNISTDataModule
 from attnexp.data.batching import BucketBatchSampler
 from attnexp.data.imdb import IMDBDataModule
 from attnexp.data.lcqmc import LCQMCDataModule
+from attnexp.runs import RunDirGuard
 
 
-def rank_loaders(make_loader, stage: RunningStage, shuffle: bool):
-    """The loader each of 2 ranks gets after Lightning injects its distributed sampler.
-
-    Made as the Trainer makes it (`_request_dataloader`): inside the context that records the
-    init arguments of loaders and batch samplers, which Lightning needs to re-create them.
-    """
+def rank_loaders(make_loader, stage: RunningStage, shuffle: bool, world: int = 2, datamodule=None):
+    """The loader each of `world` ranks gets, made as the Trainer makes it (`_request_dataloader`):
+    inside the context that records the init arguments of loaders and batch samplers, which
+    Lightning needs to re-create them; then Lightning injects its distributed sampler, unless the
+    loader already has one. `datamodule`: told its rank, as the Trainer tells it."""
     loaders = []
-    for rank in (0, 1):
+    for rank in range(world):
+        if datamodule is not None:
+            datamodule.trainer = SimpleNamespace(
+                world_size=world, global_rank=rank, overfit_batches=0
+            )
         with _replace_dunder_methods(DataLoader, "dataset"), _replace_dunder_methods(BatchSampler):
             loader = make_loader()
+        if isinstance(loader.sampler, DistributedSampler):
+            loaders.append(loader)
+            continue
         sampler = _get_distributed_sampler(
-            loader, shuffle=shuffle, overfit_batches=0, mode=stage, num_replicas=2, rank=rank
+            loader, shuffle=shuffle, overfit_batches=0, mode=stage, num_replicas=world, rank=rank
         )
         loaders.append(_update_dataloader(loader, sampler, mode=stage))
     return loaders
@@ -53,23 +63,46 @@ def bag_datamodule(tmp_path) -> BagMNISTDataModule:
 
 def test_ranks_get_disjoint_eval_batches_and_different_train_bags(tmp_path):
     dm = bag_datamodule(tmp_path)
-    val = rank_loaders(dm.val_dataloader, RunningStage.VALIDATING, False)
+    single = [b["labels"] for b in dm.val_dataloader()]  # dm.trainer is None: one device
+    val = rank_loaders(dm.val_dataloader, RunningStage.VALIDATING, False, datamodule=dm)
     batches = [[b["labels"] for b in loader] for loader in val]
-    # 40 bags in 5 batches of 8: rank 0 gets batches 0, 2, 4; rank 1 gets 1, 3 and (padding) 0 again
-    assert [len(b) for b in batches] == [3, 3]
-    single = [b["labels"] for b in dm.val_dataloader()]
+    # 40 bags in 5 batches of 8: rank 0 gets batches 0, 2, 4; rank 1 gets 1, 3 (none repeated to
+    # even out the ranks, which would count their bags twice)
     assert [t.tolist() for t in batches[0]] == [single[i].tolist() for i in (0, 2, 4)]
-    assert [t.tolist() for t in batches[1]] == [single[i].tolist() for i in (1, 3, 0)]
+    assert [t.tolist() for t in batches[1]] == [single[i].tolist() for i in (1, 3)]
 
-    train = rank_loaders(dm.train_dataloader, RunningStage.TRAINING, True)
+    dm.trainer = None
+    single = [b["items"] for b in dm.train_dataloader()]
+    train = rank_loaders(dm.train_dataloader, RunningStage.TRAINING, True, datamodule=dm)
     assert len(train[0]) == len(train[1]) == 3  # same number of steps on every rank (no DDP hang)
     # both ranks draw the single-process epoch's 5 batches and share them out (one repeated)
-    single = [b["items"] for b in dm.train_dataloader()]
     ranks = [[b["items"] for b in loader] for loader in train]
     position = [
         [next(i for i, s in enumerate(single) if torch.equal(b, s)) for b in r] for r in ranks
     ]
     assert sorted(position[0] + position[1])[:5] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("which", ["val", "test"])
+def test_ranks_evaluate_every_bag_once(tmp_path, world, which):
+    dm = BagMNISTDataModule(
+        str(tmp_path), source="sample", batch_size=16, num_eval_bags=100,
+        eval_bag_sizes=[2], eval_variable_max=0,
+    )  # fmt: skip
+    dm.setup("fit")
+    make = dm.val_dataloader if which == "val" else (lambda: dm.test_dataloader()[0])
+    stage = RunningStage.VALIDATING if which == "val" else RunningStage.TESTING
+    single = [b["items"] for b in make()]  # dm.trainer is None: one device
+    shards = [
+        [b["items"] for b in loader]
+        for loader in rank_loaders(make, stage, False, world=world, datamodule=dm)
+    ]
+    seen = [b for shard in shards for b in shard]
+    assert sum(len(b) for b in seen) == sum(len(b) for b in single) == 100
+    assert all(len(shard) >= 1 for shard in shards)
+    for batch in single:  # each single-device batch is evaluated by exactly one rank
+        assert sum(torch.equal(batch, b) for b in seen if b.shape == batch.shape) == 1
 
 
 def text_datamodules(tmp_path):
@@ -176,3 +209,47 @@ def test_ddp_cpu_imdb_run(tmp_path):
     assert record["status"] == "completed", record.get("error")
     assert record["device"] == "cpu x2" and record["data_source"] == "local"
     assert 0 <= record["metrics"]["test/acc"] <= 1
+
+
+# Ranks > 0 that Lightning's ddp/fsdp launcher re-runs into rank 0's run dir (trainer=fsdp,
+# trainer.strategy=ddp) have `hydra.run.dir=<rank 0's dir>` on their command line, and that dir
+# already holds rank 0's metrics.json: the guard must let them in, or rank 0 is killed.
+
+
+def guard_config(run_dir, resume=None):
+    return OmegaConf.create(
+        {
+            "resume": resume,
+            "paths": {"log_dir": str(run_dir.parent)},
+            "hydra": {
+                "run": {"dir": str(run_dir)},
+                "overrides": {"task": [], "hydra": [f'hydra.run.dir="{run_dir}"']},
+            },
+        }
+    )
+
+
+def rank0_run_dir(tmp_path):
+    run_dir = tmp_path / "runs" / "r0"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / ".hydra").mkdir()
+    (run_dir / ".hydra" / "overrides.yaml").write_text("[]\n")
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"")
+    record = {"status": "running", "pid": os.getpid(), "host": os.uname().nodename}
+    (run_dir / "metrics.json").write_text(json.dumps(record))
+    return run_dir
+
+
+@pytest.mark.parametrize("resume", [False, True], ids=["new", "resume"])
+def test_relaunched_rank_enters_rank0_run_dir(tmp_path, monkeypatch, resume):
+    run_dir = rank0_run_dir(tmp_path)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    RunDirGuard().on_run_start(guard_config(run_dir, str(run_dir) if resume else None))
+
+
+def test_rank0_still_refuses_a_dir_holding_a_run(tmp_path, monkeypatch):
+    run_dir = rank0_run_dir(tmp_path)
+    for key in ("LOCAL_RANK", "RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(key, raising=False)
+    with pytest.raises(SystemExit):
+        RunDirGuard().on_run_start(guard_config(run_dir))

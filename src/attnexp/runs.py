@@ -168,6 +168,12 @@ def check_not_running(run_dir: Path, setting: str) -> None:
         )
 
 
+def is_other_rank() -> bool:
+    """A rank > 0 that re-ran the command line (Lightning's ddp/fsdp launcher, torchrun, SLURM):
+    it shares rank 0's run dir, so it must not write the run record."""
+    return any(os.environ.get(key, "0") != "0" for key in ("LOCAL_RANK", "RANK", "SLURM_PROCID"))
+
+
 def holds_run(run_dir: Path) -> bool:
     return any((run_dir / name).exists() for name in (METRICS_FILE, "checkpoints"))
 
@@ -186,6 +192,11 @@ class RunDirGuard(Callback):
     inside one."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        if is_other_rank():
+            # Lightning re-launches ranks > 0 of a ddp/fsdp run with hydra.run.dir=<rank 0's run
+            # dir>, which rank 0 has written to (and, on resume, is still writing): rank 0 checked
+            # that dir before it started, and these ranks write no record of their own.
+            return
         resume = config.get(RESUME_KEY)
         try:
             if resume not in (*NO_RESUME, "auto"):

@@ -25,7 +25,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from attnexp.build import build, check_data_dir
 from attnexp.config import register_resolvers
 from attnexp.errors import ConfigError, exit_with
-from attnexp.runs import LAST_CKPT, RunRecord, natural_key
+from attnexp.runs import LAST_CKPT, RunRecord, is_other_rank, natural_key
 from attnexp.sweeps import check_strategy
 from attnexp.tasks.callbacks import EpochHistory
 
@@ -227,12 +227,6 @@ def flatten_hparams(tree: dict, prefix: str = "") -> dict:
         else:
             flat[name] = value if isinstance(value, int | float | str | bool) else str(value)
     return flat
-
-
-def is_other_rank() -> bool:
-    """A rank > 0 that re-ran the command line (Lightning's ddp/fsdp launcher, torchrun, SLURM):
-    it shares rank 0's run dir, so it must not write the run record."""
-    return any(os.environ.get(key, "0") != "0" for key in ("LOCAL_RANK", "RANK", "SLURM_PROCID"))
 
 
 def run(cfg: DictConfig) -> dict[str, float]:

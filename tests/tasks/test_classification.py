@@ -8,6 +8,7 @@ from torch.utils.data import DataLoader
 
 from attnexp.errors import ConfigError
 from attnexp.tasks import ClassificationTask
+from attnexp.tasks.metrics import ClassificationStats
 
 
 class Linear(nn.Module):
@@ -43,8 +44,6 @@ def test_epoch_metrics_cover_every_batch():
 def test_stats_match_torchmetrics():
     """acc, macro F1 (with a class that never occurs) and the batch-size-weighted mean loss."""
     from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
-
-    from attnexp.tasks.metrics import ClassificationStats
 
     torch.manual_seed(0)
     C = 5
@@ -115,3 +114,40 @@ def test_weight_decay_has_one_setting():
         Linear(), 3, functools.partial(torch.optim.AdamW, lr=1e-3), weight_decay=0.05
     )
     assert [g["weight_decay"] for g in task.configure_optimizers().param_groups] == [0.05, 0.0]
+
+
+# ClassificationStats.update runs every training step: on CUDA it must not read values back to
+# the host (torch.bincount does: the min and max of its input), or every step stalls.
+
+
+def test_update_counts_like_bincount_without_calling_it(monkeypatch):
+    torch.manual_seed(0)
+    C, B = 10, 257
+    logits, labels = torch.randn(B, C), torch.randint(0, C, (B,))
+    expected = torch.bincount(labels * C + logits.argmax(-1), minlength=C * C).view(C, C)
+
+    def no_bincount(*args, **kwargs):
+        raise AssertionError("torch.bincount syncs with the host on CUDA")
+
+    monkeypatch.setattr(torch, "bincount", no_bincount)
+    stats = ClassificationStats(C)
+    stats.update(logits[:100], labels[:100], torch.tensor(0.5))
+    stats.update(logits[100:], labels[100:], torch.tensor(0.5))
+    assert torch.equal(stats.confusion, expected)
+    assert stats.compute()["acc"] == pytest.approx(expected.diagonal().sum().item() / B)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")
+def test_update_does_not_sync_on_cuda():
+    stats = ClassificationStats(10).cuda()
+    logits = torch.randn(64, 10, device="cuda")
+    labels = torch.randint(0, 10, (64,), device="cuda")
+    loss = torch.tensor(0.3, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        stats.update(logits, labels, loss)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert int(stats.confusion.sum()) == 64

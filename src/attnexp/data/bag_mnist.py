@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 from matplotlib.figure import Figure
+from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSamplerWrapper
 from torch.utils.data import DataLoader
 
 from attnexp.data.bags import BagPool, FixedBags, RandomBags, check_rule
@@ -184,7 +185,24 @@ class BagMNISTDataModule(AttnDataModule):
         self, split: str, min_size: int, max_size: int, seed_offset: int
     ) -> DataLoader:
         pool, bags = self._fixed_bags(split, min_size, max_size, seed_offset, self.batch_size)
-        return bag_loader(pool, bags, self.num_workers)
+        return bag_loader(pool, self._rank_share(bags), self.num_workers)
+
+    def _rank_share(self, bags: FixedBags) -> FixedBags | UnrepeatedDistributedSamplerWrapper:
+        """Under DDP, this rank's share of the val/test batches, with none repeated.
+
+        Left to itself, Lightning wraps the sampler in a DistributedSampler that pads every rank
+        to the same number of *batches* by repeating the first ones: 27 test batches on 8 GPUs
+        become 32, and the 5 repeated full batches (640 bags) count twice in test/acc. A sampler
+        that is already a DistributedSampler is left alone. Evaluation needs no equal step counts
+        (the stats sync once, at epoch end), only a batch per rank.
+        """
+        trainer = self.trainer
+        world = getattr(trainer, "world_size", 1) if trainer is not None else 1
+        if world < 2 or len(bags) < world:
+            return bags
+        return UnrepeatedDistributedSamplerWrapper(
+            bags, num_replicas=world, rank=trainer.global_rank, shuffle=False
+        )
 
     def _fit_loader(self, pool: BagPool, bags: FixedBags | RandomBags) -> DataLoader:
         """Training/validation batches. Under trainer.overfit_batches Lightning replaces every
@@ -192,7 +210,8 @@ class BagMNISTDataModule(AttnDataModule):
         then the first batches are drawn once and handed over as a list, in order."""
         overfit = self.trainer.overfit_batches if self.trainer is not None else 0
         if not overfit:
-            return bag_loader(pool, bags, self.num_workers)
+            shared = self._rank_share(bags) if isinstance(bags, FixedBags) else bags
+            return bag_loader(pool, shared, self.num_workers)
         count = int(overfit) if overfit >= 1 else len(bags)
         return DataLoader([pool[b] for b in itertools.islice(bags, count)], batch_size=None)
 

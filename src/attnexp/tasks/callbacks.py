@@ -1,6 +1,7 @@
 """Lightning callbacks: attention figures to TensorBoard and a per-epoch history in metrics.json."""
 
 import logging
+from contextlib import AbstractContextManager, nullcontext
 
 import matplotlib.pyplot as plt
 import pytorch_lightning as pl
@@ -8,6 +9,20 @@ import torch
 from pytorch_lightning.loggers import TensorBoardLogger
 
 log = logging.getLogger(__name__)
+
+
+def full_parameters(trainer: pl.Trainer) -> AbstractContextManager:
+    """Where the model can be called outside the strategy's forward. Under FSDP (trainer=fsdp)
+    each rank holds only its shard of every parameter between steps, so a direct call fails
+    ("mat2 must be a matrix, got 1-D tensor"); gather them for the call (every rank takes part,
+    as every rank runs the callbacks)."""
+    model = getattr(trainer.strategy, "model", None)
+    if torch.distributed.is_available():
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        if isinstance(model, FSDP):
+            return FSDP.summon_full_params(model, writeback=False)
+    return nullcontext()
 
 
 def tensorboard_writers(trainer: pl.Trainer) -> list:
@@ -37,7 +52,7 @@ class AttentionFigures(pl.Callback):
         inputs = {k: v for k, v in batch.items() if k != "labels"}
         was_training = pl_module.training
         pl_module.eval()
-        with torch.no_grad():
+        with torch.no_grad(), full_parameters(trainer):
             logits, attention = pl_module.model(**inputs, return_attention=True)
         pl_module.train(was_training)
         figures = datamodule.attention_figure(batch, logits, attention)

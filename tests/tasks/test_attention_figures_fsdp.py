@@ -1,0 +1,68 @@
+"""trainer=fsdp: the attention-figure callback calls the model outside FSDP's forward, where each
+of the 2 ranks holds only a shard of every parameter. Simulated with FSDP over gloo on CPU (Lightning
+itself allows FSDP only on GPUs): the task is wrapped as Lightning's FSDPStrategy wraps it."""
+
+import functools
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from attnexp.models.bag import BagAttention
+from attnexp.modules import AdditiveScorer
+from attnexp.tasks import ClassificationTask
+from attnexp.tasks import callbacks as callbacks_module
+
+pytestmark = pytest.mark.skipif(not dist.is_available(), reason="no torch.distributed")
+
+
+class ProbeData:
+    def probe_batch(self, num_examples):
+        torch.manual_seed(1)
+        return {
+            "items": torch.randn(2, 3, 1, 28, 28),
+            "mask": torch.ones(2, 3, dtype=torch.bool),
+            "labels": torch.zeros(2, dtype=torch.long),
+        }
+
+    def attention_figure(self, batch, logits, attention):
+        assert logits.shape == (2, 10) and attention.shape == (2, 3)
+        return None
+
+
+def one_rank(rank: int, store: str, failures) -> None:
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        torch.manual_seed(0)
+        model = BagAttention(10, 28, hidden_size=16, scorer=AdditiveScorer)
+        task = ClassificationTask(model, 10, optimizer=torch.optim.SGD)
+        wrapped = FSDP(task, device_id=torch.device("cpu"), use_orig_params=True)
+        batch = ProbeData().probe_batch(2)
+        wrapped(items=batch["items"], mask=batch["mask"]).sum().backward()  # a training step
+        callbacks_module.tensorboard_writers = lambda trainer: ["a writer"]
+        trainer = SimpleNamespace(
+            sanity_checking=False, current_epoch=0, global_step=1, datamodule=ProbeData(),
+            strategy=SimpleNamespace(model=wrapped),
+        )  # fmt: skip
+        callbacks_module.AttentionFigures().on_validation_epoch_end(trainer, task)
+    except Exception as err:
+        failures.put(f"rank {rank}: {type(err).__name__}: {err}")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_attention_figures_under_fsdp(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    failures = mp.get_context("spawn").SimpleQueue()
+    mp.spawn(
+        functools.partial(one_rank, store=str(tmp_path / "store"), failures=failures),
+        nprocs=2,
+    )
+    errors = []
+    while not failures.empty():
+        errors.append(failures.get())
+    assert not errors, errors
