@@ -24,8 +24,8 @@ from attnexp.build import build, check_data_dir
 from attnexp.checkpoints import load_run
 from attnexp.errors import ConfigError
 from attnexp.evaluate import check_same_data, run_overrides
-from attnexp.runs import check_not_running, check_resume, resolve_run_dir, writer_alive
-from attnexp.train import check_settings, checkpoint_step
+from attnexp.runs import RunRecord, check_not_running, check_resume, resolve_run_dir, writer_alive
+from attnexp.train import check_settings, checkpoint_step, draw_seed
 
 
 def read(path: Path) -> dict:
@@ -288,6 +288,30 @@ def test_seed_null_draws_and_records_a_seed(compose_cfg, tmp_path):
     record = read(tmp_path / "run" / "metrics.json")
     assert record["status"] == "completed" and isinstance(record["seed"], int)
     assert f"seed={record['seed']}" in " ".join(record["warnings"])
+
+
+@pytest.mark.parametrize("launcher", ["WORLD_SIZE", "SLURM_NTASKS"])
+def test_seed_null_is_refused_for_processes_launched_outside_lightning(
+    compose_cfg, tmp_path, monkeypatch, launcher
+):
+    """torchrun / srun start every rank with seed=null: each would draw its own seed."""
+    for key in (
+        "LOCAL_RANK",
+        "RANK",
+        "SLURM_PROCID",
+        "PL_GLOBAL_SEED",
+        "WORLD_SIZE",
+        "SLURM_NTASKS",
+    ):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv(launcher, "2")
+    cfg = compose_cfg(*TINY, "seed=null")
+    with pytest.raises(ConfigError, match="2 processes of this job .* give seed=<int>"):
+        draw_seed(cfg, RunRecord(tmp_path / "run", None, [], write=False))
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("PL_GLOBAL_SEED", "7")  # a rank Lightning launched: rank 0's draw
+    draw_seed(cfg, RunRecord(tmp_path / "run", None, [], write=False))
+    assert cfg.seed == 7
 
 
 def test_same_seed_same_metrics(compose_cfg, tmp_path):

@@ -55,6 +55,13 @@ def draw_seed(cfg: DictConfig, record: RunRecord) -> None:
     """seed=null: draw one, and record it, so the run can still be repeated."""
     # A DDP rank > 0 re-runs the command line: it takes rank 0's draw (seed_everything exported it).
     inherited = os.environ.get("PL_GLOBAL_SEED") if is_other_rank() else None
+    processes = max(int(os.environ.get(key) or 1) for key in ("WORLD_SIZE", "SLURM_NTASKS"))
+    if inherited is None and processes > 1:
+        raise ConfigError(
+            f"seed=null: the {processes} processes of this job were started outside Lightning "
+            f"(torchrun, srun) and would each draw their own seed, so their data splits and "
+            f"samplers would differ: give seed=<int>"
+        )
     cfg.seed = int(inherited) if inherited is not None else random.randrange(2**31)
     record.update(seed=cfg.seed)
     record.warn(f"seed=null: drew seed={cfg.seed} (give seed={cfg.seed} to repeat this run)")
