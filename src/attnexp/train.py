@@ -275,7 +275,7 @@ def main(cfg: DictConfig) -> float | None:
             log.exception("job %s failed; the sweep goes on", job)
         FAILED_JOBS.append(HydraConfig.get().runtime.output_dir)
         return None
-    if HydraConfig.get().mode == RunMode.RUN:
+    if HydraConfig.get().mode == RunMode.RUN and not is_other_rank():  # one summary per run
         print(summary(metrics, HydraConfig.get().runtime.output_dir))
     objective = cfg.get("optimized_metric")
     return metrics.get(objective) if objective else None
