@@ -314,6 +314,27 @@ def test_seed_null_is_refused_for_processes_launched_outside_lightning(
     assert cfg.seed == 7
 
 
+def test_seed_null_resumes_with_the_seed_the_run_drew(compose_cfg, tmp_path, monkeypatch):
+    """A new draw would give the resumed attempt another data split and tokenizer."""
+    for key in (
+        "LOCAL_RANK",
+        "RANK",
+        "SLURM_PROCID",
+        "PL_GLOBAL_SEED",
+        "WORLD_SIZE",
+        "SLURM_NTASKS",
+    ):
+        monkeypatch.delenv(key, raising=False)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.json").write_text(json.dumps({"status": "failed", "seed": 1234}))
+    record = RunRecord(run_dir, None, ["seed=null"])
+    record.start()  # the interrupted attempt's record becomes metrics.attempt1.json
+    cfg = compose_cfg(*TINY, "seed=null")
+    draw_seed(cfg, record)
+    assert cfg.seed == 1234 and read(run_dir / "metrics.json")["seed"] == 1234
+
+
 def test_same_seed_same_metrics(compose_cfg, tmp_path):
     (tmp_path / "data").mkdir()
     overrides = [*TINY, "trainer.accelerator=cpu", "logger=csv", "data.eval_variable_max=0"]

@@ -278,6 +278,7 @@ class RunRecord:
             "warnings": [],
             **(extra or {}),
         }
+        self.earlier_seed: int | None = None  # a resumed run: the seed its earlier attempt ran with
 
     def start(self) -> None:
         if not self.write:
@@ -291,6 +292,7 @@ class RunRecord:
                 before = json.loads(earlier.read_text())
                 for key in ("history", "validations"):
                     self.data[key] = list(before.get(key, []))
+                self.earlier_seed = before.get("seed")
             except (OSError, ValueError) as err:
                 log.warning("could not read the history of %s: %s", earlier, err)
         self.save()

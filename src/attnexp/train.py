@@ -52,7 +52,13 @@ def device_name(trainer: pl.Trainer) -> str:
 
 
 def draw_seed(cfg: DictConfig, record: RunRecord) -> None:
-    """seed=null: draw one, and record it, so the run can still be repeated."""
+    """seed=null: draw one, and record it, so the run can still be repeated. A resumed run goes on
+    with the seed its interrupted attempt drew (its data split and tokenizer depend on it)."""
+    if record.earlier_seed is not None:
+        cfg.seed = record.earlier_seed
+        record.update(seed=cfg.seed)
+        log.info("seed=null: resuming with the seed the run drew, %d", cfg.seed)
+        return
     # A DDP rank > 0 re-runs the command line: it takes rank 0's draw (seed_everything exported it).
     inherited = os.environ.get("PL_GLOBAL_SEED") if is_other_rank() else None
     processes = max(int(os.environ.get(key) or 1) for key in ("WORLD_SIZE", "SLURM_NTASKS"))

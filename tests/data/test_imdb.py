@@ -172,6 +172,28 @@ def test_artifacts_round_trip_and_raw_inputs(tmp_path):
     assert fresh.prediction_label(1) == "positive"
 
 
+def test_a_resumed_run_never_replaces_its_tokenizer(tmp_path):
+    """A resumed run that built another tokenizer (other training texts: seed=null drew a new
+    split, or paths.data_dir now holds other data) must not write over the run's tokenizer.json:
+    its checkpoint's ids mean that tokenizer's words."""
+    write_imdb(tmp_path / "data")
+    run = tmp_path / "run"
+    first = make_dm(tmp_path, seed=0)
+    first.setup("fit")
+    first.save_artifacts(str(run))
+    saved = (run / "tokenizer.json").read_bytes()
+    again = make_dm(tmp_path, seed=0)  # the same run resumed: the same tokenizer, kept
+    again.setup("fit")
+    again.save_artifacts(str(run))
+    write_imdb(tmp_path / "other", seed=1)
+    other = make_dm(tmp_path, data_dir=str(tmp_path / "other"))
+    other.setup("fit")
+    assert other.tokenizer.to_str() != first.tokenizer.to_str()
+    with pytest.raises(ConfigError, match=r"tokenizer.json holds the tokenizer this run was"):
+        other.save_artifacts(str(run))
+    assert (run / "tokenizer.json").read_bytes() == saved
+
+
 def test_probe_figures_per_head(tmp_path):
     write_imdb(tmp_path / "data")
     dm = make_dm(tmp_path)
@@ -248,6 +270,9 @@ def write_parquet(folder, split, texts, labels):
     [
         (["good", "bad"], [1, 2], r"train.parquet row 1: label must be 0 \(negative\) or 1"),
         (["good", None], [1, 0], r"train.parquet row 1: the text is None, not a string"),
+        # floats or booleans would pass `in (0, 1)` and end in a loss-function traceback
+        (["good", "bad"] * 10, [1.0, 0.0] * 10, r"row 0: .* as an integer, found 1.0"),
+        (["good", "bad"] * 10, [True, False] * 10, r"row 0: .* as an integer, found True"),
     ],
 )
 def test_bad_parquet_rows_name_file_and_row(tmp_path, texts, labels, match):
@@ -255,6 +280,16 @@ def test_bad_parquet_rows_name_file_and_row(tmp_path, texts, labels, match):
     write_parquet(folder, "train", texts, labels)
     write_parquet(folder, "test", ["fine", "awful"], [1, 0])
     with pytest.raises(ConfigError, match=match):
+        make_dm(tmp_path).setup("fit")
+
+
+@pytest.mark.parametrize("empty", ["train", "test"])
+def test_an_empty_parquet_file_is_named(tmp_path, empty):
+    folder = tmp_path / "data" / "imdb"
+    for split in ("train", "test"):
+        rows = ([], []) if split == empty else (["good", "bad"] * 10, [1, 0] * 10)
+        write_parquet(folder, split, *rows)
+    with pytest.raises(ConfigError, match=rf"{empty}.parquet holds no reviews"):
         make_dm(tmp_path).setup("fit")
 
 

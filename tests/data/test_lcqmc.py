@@ -114,6 +114,13 @@ def test_reduced_protocol_split_is_fixed(tmp_path):
     }
 
 
+@pytest.mark.parametrize(("dev", "val_fraction"), [(1, 0.1), (10, 0.99)])
+def test_a_dev_split_that_leaves_no_training_pairs_is_refused(tmp_path, dev, val_fraction):
+    write_lcqmc(tmp_path / "data", {"dev": dev, "test": 4})
+    with pytest.raises(ConfigError, match=rf"data.val_fraction={val_fraction} of the {dev} dev"):
+        make_dm(tmp_path, val_fraction=val_fraction).setup()
+
+
 def test_standard_protocol_txt_names_and_header(tmp_path):
     folder = write_lcqmc(tmp_path / "data", {"train": 40, "dev": 20, "test": 10}, suffix=".txt")
     (folder / "test.txt").write_text("text_a\ttext_b\tlabel\n电脑\t录像\t1\n", encoding="utf-8")
@@ -170,6 +177,22 @@ def test_batches_cache_and_artifacts(tmp_path):
     loaded.load_artifacts(str(tmp_path))
     loaded.setup("predict")
     assert loaded.model_kwargs["vocab_size"] == dm.tokenizer.vocab_size
+
+
+def test_a_resumed_run_never_replaces_its_tokenizer(tmp_path):
+    """A resumed run whose data built another vocabulary must not write over tokenizer.json."""
+    write_lcqmc(tmp_path / "data")
+    dm = make_dm(tmp_path)
+    dm.setup()
+    dm.save_artifacts(str(tmp_path / "run"))
+    saved = (tmp_path / "run" / "tokenizer.json").read_bytes()
+    dm.save_artifacts(str(tmp_path / "run"))  # the same tokenizer again: kept
+    write_lcqmc(tmp_path / "other" / "data", seed=1)
+    other = make_dm(tmp_path / "other")
+    other.setup()
+    with pytest.raises(ConfigError, match=r"tokenizer.json holds the tokenizer this run was"):
+        other.save_artifacts(str(tmp_path / "run"))
+    assert (tmp_path / "run" / "tokenizer.json").read_bytes() == saved
 
 
 def test_raw_inputs_for_predict(tmp_path, monkeypatch):

@@ -102,11 +102,16 @@ def _read_parquet(path: Path) -> Split:
             f"IMDB: cannot read {path} as parquet with text, label columns ({err})"
         ) from err
     split = table.to_pydict()
+    if not split["text"]:
+        raise ConfigError(
+            f"IMDB: {path} holds no reviews: each split needs text, label rows (fix the file, or "
+            f"set paths.data_dir=... / data.source=sample)"
+        )
     for row, (text, label) in enumerate(zip(split["text"], split["label"], strict=True)):
-        if label not in (0, 1):
+        if type(label) is not int or label not in (0, 1):  # 1.0 or True: no class index
             raise ConfigError(
-                f"IMDB: {path} row {row}: label must be 0 (negative) or 1 (positive), "
-                f"found {label!r} (fix the file)"
+                f"IMDB: {path} row {row}: label must be 0 (negative) or 1 (positive) as an "
+                f"integer, found {label!r} (fix the file)"
             )
         if not isinstance(text, str):
             raise ConfigError(f"IMDB: {path} row {row}: the text is {text!r}, not a string")

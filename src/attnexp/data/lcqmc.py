@@ -27,7 +27,7 @@ from attnexp.data.batching import bucket_batch_sampler, check_epoch_order, pad_s
 from attnexp.data.chinese import PairTokenizer, check_pair_len
 from attnexp.data.resumable import ResumableLoader
 from attnexp.data.sources import hub_offline, resolve
-from attnexp.data.text import not_utf8
+from attnexp.data.text import not_utf8, save_tokenizer
 from attnexp.errors import ConfigError, require_positive
 from attnexp.files import write_atomically
 
@@ -240,6 +240,12 @@ class LCQMCDataModule(AttnDataModule):
             len(y), generator=torch.Generator().manual_seed(self.split_seed)
         ).tolist()
         num_val = max(1, int(round(len(y) * self.val_fraction)))
+        if num_val >= len(y):
+            raise ConfigError(
+                f"data.val_fraction={self.val_fraction} of the {len(y)} dev pairs leaves "
+                f"{len(y) - num_val} for training under data.train_split=dev: each side needs one "
+                f"(set data.val_fraction=..., or give more dev pairs)"
+            )
 
         def take(idx: list[int]) -> Pairs:
             return [a[i] for i in idx], [b[i] for i in idx], [y[i] for i in idx]
@@ -330,7 +336,7 @@ class LCQMCDataModule(AttnDataModule):
 
     def save_artifacts(self, run_dir: str) -> None:
         """The tokenizer, so evaluate/predict encode text exactly as in training."""
-        self.ensure_tokenizer().save(Path(run_dir) / TOKENIZER_FILE)
+        save_tokenizer(self.ensure_tokenizer().tokenizer, run_dir)
 
     def load_artifacts(self, run_dir: str) -> None:
         """Use the run's saved tokenizer, so ids mean what they meant in training."""

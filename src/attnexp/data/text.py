@@ -140,7 +140,24 @@ def write_tokenizer(tokenizer: Tokenizer, path: str | Path) -> Path:
 
 
 def save_tokenizer(tokenizer: Tokenizer, folder: str | Path) -> Path:
-    return write_tokenizer(tokenizer, Path(folder) / TOKENIZER_FILE)
+    """The run dir's `tokenizer.json`. A resumed run finds the one its checkpoint was trained with
+    there already: it is kept, and a different one (other training texts) is refused, not
+    written over it."""
+    path = Path(folder) / TOKENIZER_FILE
+    if path.is_file():
+        try:
+            same = Tokenizer.from_file(str(path)).to_str() == tokenizer.to_str()
+        except Exception:  # tokenizers raises a bare Exception on bad JSON
+            same = False
+        if same:
+            return path
+        raise ConfigError(
+            f"{path} holds the tokenizer this run was trained with, and this attempt built another "
+            f"one (its training texts differ: another paths.data_dir, or seed=null drawing a new "
+            f"split); the checkpoint's token ids mean the saved one's words: resume with the run's "
+            f"data and seed=<the seed in its metrics.json>, or start a new run"
+        )
+    return write_tokenizer(tokenizer, path)
 
 
 def load_tokenizer(path: str | Path, setting: str = "data.tokenizer_path") -> Tokenizer:
