@@ -259,6 +259,31 @@ def test_repeated_seed_counts_once_the_latest(tmp_path):
     assert rows["a_seed0"]["repeat_of"] == "b_seed0_rerun" and rows["c_seed1"]["repeat_of"] == ""
 
 
+def test_repeated_seed_counts_once_in_the_bag_size_plot(tmp_path):
+    for name, seed, acc, started in (
+        ("a_seed0", 0, 0.9, "2026-01-02T00:00:00"),
+        ("b_seed0_rerun", 0, 0.7, "2026-01-03T00:00:00"),
+        ("c_seed1", 1, 0.8, "2026-01-01T00:00:00"),
+    ):
+        write_run(tmp_path, name, seed=seed, metrics=bag_metrics(acc), started_at=started)
+    (curve_,) = report.bag_size_curves(report.find_runs(tmp_path)).values()
+    assert curve_[1] == pytest.approx([0.72, 0.82])  # b and c; a repeats b's seed
+
+
+def test_a_failed_seed_run_again_counts_once(tmp_path):
+    """Seed 1 failed (out of memory, killed) and was run again: 2 seeds, both completed."""
+    for name, status, seed, acc, started in (
+        ("a_seed0", "completed", 0, 0.8, "2026-01-01T00:00:00"),
+        ("b_seed1", "failed", 1, None, "2026-01-01T00:00:00"),
+        ("c_seed1_again", "completed", 1, 0.9, "2026-01-02T00:00:00"),
+    ):
+        metrics = {"test/acc": acc} if acc else None
+        write_run(tmp_path, name, status, seed=seed, metrics=metrics, started_at=started)
+    (row,) = variant_rows(report.write_report(tmp_path)["markdown"].read_text())
+    assert row[1:3] == ["0,1", "2/2 (b_seed1 repeats seed 1, not counted)"]
+    assert row[3] == f"{statistics.mean([0.8, 0.9]):.4f} ± {statistics.stdev([0.8, 0.9]):.4f}"
+
+
 def test_explicit_default_is_the_same_variant_as_the_implicit_one(tmp_path):
     choices = {"model": "lstm_attn", "scorer": "additive", "scheduler": None}
     config = {"model": {"hidden_size": 256}, "scorer": {"_target_": "Additive"}}
@@ -289,6 +314,35 @@ def test_explicit_default_is_the_same_variant_as_the_implicit_one(tmp_path):
     ]
     rows = variant_rows(report.write_report(tmp_path)["markdown"].read_text())
     assert [row[:3] for row in rows] == [["dot", "0", "1/1"], ["additive", "0,2,1", "2/3 (failed)"]]
+
+
+def test_a_run_resumed_to_train_longer_is_not_averaged_with_shorter_ones(tmp_path):
+    """`resume=<run> trainer.max_epochs=2`: that attempt's config is in .hydra/resume_<time>/."""
+    for seed in (0, 1, 2):
+        write_run(
+            tmp_path,
+            f"seed{seed}",
+            seed=seed,
+            overrides=[f"seed={seed}", "trainer.max_epochs=1"],
+            metrics={"test/acc": 0.5 + seed / 10},
+            config={"seed": seed, "trainer": {"max_epochs": 1}},
+        )
+    resumed = tmp_path / "seed2"
+    record = json.loads((resumed / "metrics.json").read_text())
+    record["overrides"] = ["seed=2", "trainer.max_epochs=2", f"resume={resumed}"]
+    (resumed / "metrics.json").write_text(json.dumps(record))
+    for attempt, epochs in (("resume_2026-01-01_00-00-00", 1), ("resume_2026-01-02_00-00-00", 2)):
+        (resumed / ".hydra" / attempt).mkdir()
+        config = {"seed": 2, "trainer": {"max_epochs": epochs}}
+        OmegaConf.save(config, resumed / ".hydra" / attempt / "config.yaml")
+    runs = {run.name: run.variant for run in report.find_runs(tmp_path)}
+    assert runs == {
+        "seed0": {"trainer.max_epochs": "1"},
+        "seed1": {"trainer.max_epochs": "1"},
+        "seed2": {"trainer.max_epochs": "2"},
+    }
+    rows = variant_rows(report.write_report(tmp_path)["markdown"].read_text())
+    assert [row[:3] for row in rows] == [["1", "0,1", "2/2"], ["2", "2", "1/1"]]
 
 
 def test_nan_metric_does_not_crash_and_is_counted(tmp_path):

@@ -186,6 +186,16 @@ def test_sweep_dir_guard_refuses_a_dir_holding_a_sweep(tmp_path, capsys):
     (tmp_path / "jobs" / "0_seed=0" / "metrics.json").write_text("{}")
     (tmp_path / "swept").mkdir()
     (tmp_path / "swept" / "multirun.yaml").write_text("hydra: {}")
+    run = tmp_path / "runs" / "r"  # a single run's dir: a sweep must not be written inside it
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    (run / "metrics.json").write_text("{}")
+    with pytest.raises(SystemExit) as exit_info:
+        start(run / "sweep")
+    assert exit_info.value.code == 2
+    assert f"error: hydra.sweep.dir={run / 'sweep'} lies inside the run {run}," in (
+        capsys.readouterr().err
+    )
     for name, found in (("jobs", "0_seed=0"), ("swept", "multirun.yaml")):
         with pytest.raises(SystemExit) as exit_info:
             start(tmp_path / name)
@@ -193,3 +203,29 @@ def test_sweep_dir_guard_refuses_a_dir_holding_a_sweep(tmp_path, capsys):
         err = capsys.readouterr().err
         assert f"error: hydra.sweep.dir={tmp_path / name} holds an earlier sweep" in err
         assert f"({tmp_path / name / found} exists)" in err and "leave hydra.sweep.dir out" in err
+
+
+def test_resume_is_refused_in_a_multirun(tmp_path, capsys):
+    """Every job runs in a new dir of the sweep: resume= would silently train from scratch."""
+    run = tmp_path / "run"
+    for resume, task in (
+        ("auto", ["resume=auto", "seed=0,1"]),
+        (str(run), [f"resume={run}"]),
+        (None, ["resume=null,auto"]),  # swept: not in the sweep's own config
+    ):
+        config = {"resume": resume, "hydra": {"sweep": {"dir": str(tmp_path / "s")}}}
+        config["hydra"]["overrides"] = {"task": task}
+        with pytest.raises(SystemExit) as exit_info:
+            SweepDirGuard().on_multirun_start(OmegaConf.create(config))
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: resume=") and "resume a run on its own, without -m" in err
+    fine = {"resume": None, "hydra": {"sweep": {"dir": str(tmp_path / "s")}}}
+    fine["hydra"]["overrides"] = {"task": ["resume=null", "seed=0,1"]}
+    SweepDirGuard().on_multirun_start(OmegaConf.create(fine))
+
+    result = run_cli(tmp_path, "-m", "resume=auto", "seed=0,1", *TINY)
+    assert result.returncode == 2, result.stderr[-4000:]
+    assert "error: resume=auto: a multirun (-m)" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not list((tmp_path / "outputs").rglob("metrics.json"))  # no job ran

@@ -100,8 +100,11 @@ def config_value(config: DictConfig | None, key: str) -> str | None:
 
 
 def _hydra_file(run_dir: Path, name: str) -> DictConfig | None:
-    """A run's `.hydra/<name>`: config.yaml is its composed config, hydra.yaml Hydra's own."""
-    path = run_dir / ".hydra" / name
+    """A run's `.hydra/<name>`: config.yaml is its composed config, hydra.yaml Hydra's own. A
+    resumed run's latest attempt has its own (`.hydra/resume_<time>/`): the metrics are that
+    attempt's, which may have trained longer (trainer.max_epochs=)."""
+    attempts = sorted((run_dir / ".hydra").glob(f"resume_*/{name}"))
+    path = attempts[-1] if attempts else run_dir / ".hydra" / name
     if not path.is_file():
         return None
     try:
@@ -195,14 +198,16 @@ def find_records(root: Path) -> tuple[list[Run], list[Run]]:
 
 
 def mark_repeats(runs: list[Run]) -> None:
-    """Completed runs of one variant with the same seed are not independent: the one started
-    last (on a tie, the last listed) counts; the others get `repeat_of`."""
+    """Runs of one variant with the same seed are not independent: one counts, the completed one
+    started last (on a tie, the last listed), or where none completed, the one started last (a
+    failed or killed seed run again counts once); the others get `repeat_of`."""
     same: dict[tuple[str, int], list[Run]] = {}
     for run in runs:
-        if run.status == "completed" and run.seed is not None:
+        if run.seed is not None:
             same.setdefault((run.variant_label, run.seed), []).append(run)
     for group in same.values():
-        counted = sorted(group, key=lambda r: r.started_at)[-1]
+        completed = [r for r in group if r.status == "completed"]
+        counted = sorted(completed or group, key=lambda r: r.started_at)[-1]
         for run in group:
             if run is not counted:
                 run.repeat_of = counted.name
@@ -362,10 +367,11 @@ def evaluations_markdown(evaluations: list[Run]) -> str:
 
 
 def bag_size_curves(runs: list[Run]) -> dict[str, dict[int, list[float]]]:
-    """variant -> bag size -> test accuracies of its completed runs (test/acc_bag{n})."""
+    """variant -> bag size -> test accuracies of its completed runs (test/acc_bag{n}); a repeated
+    seed counts once, as in the tables."""
     curves: dict[str, dict[int, list[float]]] = {}
     for run in runs:
-        if run.status != "completed":
+        if run.status != "completed" or run.repeat_of:
             continue
         for key, value in run.metrics.items():
             match = BAG_METRIC.match(key)

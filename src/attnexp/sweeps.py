@@ -18,7 +18,14 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from attnexp.errors import ConfigError, exit_with
-from attnexp.runs import METRICS_FILE, holds_run
+from attnexp.runs import (
+    METRICS_FILE,
+    NO_RESUME,
+    RESUME_KEY,
+    holds_run,
+    override_key,
+    run_holding,
+)
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +115,17 @@ class SweepDirGuard(Callback):
     """
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        check_no_resume(config)
         sweep_dir = Path(config.hydra.sweep.dir)
+        held = run_holding(sweep_dir)
+        if held is not None and held != sweep_dir.expanduser().resolve():
+            exit_with(
+                ConfigError(
+                    f"hydra.sweep.dir={sweep_dir} lies inside the run {held}, whose files are "
+                    f"never mixed with other output (give a new hydra.sweep.dir=..., or leave "
+                    f"hydra.sweep.dir out for a new timestamped dir)"
+                )
+            )
         found = earlier_sweep(sweep_dir)
         if found is not None:
             exit_with(
@@ -118,6 +135,23 @@ class SweepDirGuard(Callback):
                     f"leave hydra.sweep.dir out for a new timestamped dir)"
                 )
             )
+
+
+def check_no_resume(config: DictConfig) -> None:
+    """resume= continues a run in its own dir, but every job of a sweep runs in a new dir of the
+    sweep: there it would find no checkpoint and silently train from scratch."""
+    lines = OmegaConf.select(config, "hydra.overrides.task", default=None) or []
+    given = [o.split("=", 1)[1] for o in lines if override_key(o) == RESUME_KEY and "=" in o]
+    values = [v for v in (*given, config.get(RESUME_KEY)) if v not in NO_RESUME]
+    if values:
+        exit_with(
+            ConfigError(
+                f"{RESUME_KEY}={values[0]}: a multirun (-m) runs every job in a new dir of the "
+                f"sweep, so no job would continue a run (each would train from scratch); resume "
+                f"a run on its own, without -m: python -m attnexp <its overrides> "
+                f"{RESUME_KEY}=<run dir>"
+            )
+        )
 
 
 # Lightning strategies that start the other ranks by re-running the command line. Under a Hydra

@@ -22,7 +22,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from attnexp.build import build, check_data_dir
+from attnexp.build import build, check_data_dir, instantiate_checked
 from attnexp.config import register_resolvers
 from attnexp.errors import ConfigError, exit_with
 from attnexp.runs import LAST_CKPT, RunRecord, is_other_rank, natural_key
@@ -93,7 +93,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         record.warn("data: trained on the embedded sample, not the full dataset")
     datamodule.save_artifacts(str(run_dir))
 
-    callbacks = [instantiate(c) for c in cfg.callbacks.values() if c is not None] + [
+    callbacks = [instantiate_checked(c) for c in cfg.callbacks.values() if c is not None] + [
         EpochHistory(record)
     ]
     loggers = (

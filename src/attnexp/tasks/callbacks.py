@@ -8,6 +8,8 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.loggers import TensorBoardLogger
 
+from attnexp.errors import require_positive
+
 log = logging.getLogger(__name__)
 
 
@@ -37,6 +39,9 @@ class AttentionFigures(pl.Callback):
     """
 
     def __init__(self, num_examples: int = 8, every_n_epochs: int = 1) -> None:
+        # 0 would end the run with a ZeroDivisionError after its first epoch
+        require_positive("callbacks.attention_figures.num_examples", num_examples)
+        require_positive("callbacks.attention_figures.every_n_epochs", every_n_epochs)
         self.num_examples = num_examples
         self.every_n_epochs = every_n_epochs
 
