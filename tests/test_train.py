@@ -464,6 +464,8 @@ def test_last_ckpt_is_the_latest_state_not_the_best(tmp_path):
     "overrides,match",
     [
         (["seed=abc"], r"seed='abc' must be a whole number"),
+        (["seed=-1"], r"seed=-1 must be a whole number from 0 to 2\*\*32 - 1"),
+        (["data.seed=-1"], r"data.seed=-1 must be a whole number from 0"),  # failed at epoch 1
         (["trainer.max_epochs=abc"], r"trainer.max_epochs='abc' must be a whole number of epochs"),
         (["optimizer.lr=-1"], r"optimizer.lr=-1 must be a positive number"),
         (

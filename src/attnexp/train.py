@@ -154,9 +154,14 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
 
 def check_settings(cfg: DictConfig) -> None:
     """Settings that torch or Lightning would refuse with a traceback from deep inside fit()."""
-    seed, epochs = cfg.get("seed"), cfg.trainer.get("max_epochs")
-    if seed is not None and type(seed) is not int:
-        raise ConfigError(f"seed={seed!r} must be a whole number (set seed=0, 1, ... or null)")
+    epochs = cfg.trainer.get("max_epochs")
+    for key in ("seed", "data.seed"):
+        seed = OmegaConf.select(cfg, key, default=None)
+        if seed is not None and (type(seed) is not int or not 0 <= seed < 2**32):
+            raise ConfigError(
+                f"{key}={seed!r} must be a whole number from 0 to 2**32 - 1 (set {key}=0, 1, ..."
+                f"{' or null' if key == 'seed' else ''})"
+            )
     if epochs is not None and (type(epochs) is not int or epochs < -1):
         raise ConfigError(
             f"trainer.max_epochs={epochs!r} must be a whole number of epochs (-1: no limit)"
