@@ -314,3 +314,15 @@ def test_a_broken_cached_tokenizer_is_trained_again(tmp_path, caplog):
         make_dm(tmp_path).setup("fit")
     assert "the cached one is broken" in caplog.text and cached.read_text() == good
     assert not list(cached.parent.glob("*.tmp*"))  # written whole, then moved into place
+
+
+def test_a_tokenizer_with_other_special_ids_is_refused(tmp_path):
+    """data.tokenizer_path from elsewhere: padding and masks rely on [PAD] = 0 and [UNK] = 1."""
+    from tokenizers import Tokenizer, models
+
+    path = tmp_path / "tokenizer.json"
+    Tokenizer(models.WordLevel({"good": 0, "[UNK]": 1, "[PAD]": 2}, unk_token="[UNK]")).save(
+        str(path)
+    )
+    with pytest.raises(ConfigError, match=r"must map \[PAD\] to id 0 .* found \{'\[PAD\]': 2"):
+        make_dm(tmp_path, tokenizer_path=str(path))

@@ -53,7 +53,9 @@ class PairTokenizer:
         missing = [t for t in SPECIAL_TOKENS if tokenizer.token_to_id(t) is None]
         if missing:
             raise ConfigError(
-                f"vocabulary lacks the special tokens {missing} (a vocab needs {list(SPECIAL_TOKENS)})"
+                f"vocabulary lacks the special tokens {missing} (a vocab needs "
+                f"{list(SPECIAL_TOKENS)}: point data.vocab_file or data.tokenizer_file at one that "
+                f"has them, or set both to null to build the vocabulary from the training split)"
             )
         self.tokenizer = literal_special_tokens(tokenizer)
         cls_id, sep_id = tokenizer.token_to_id(CLS), tokenizer.token_to_id(SEP)

@@ -32,6 +32,7 @@ from attnexp.data.text import (
     PAD_ID,
     TRUNCATIONS,
     UNK_ID,
+    check_word_ids,
     default_cache_dir,
     encode_texts,
     load_tokenizer,
@@ -283,7 +284,11 @@ class IMDBDataModule(AttnDataModule):
         self.truncation = truncation
         self.val_fraction, self.seed, self.num_workers = val_fraction, seed, num_workers
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-        self.tokenizer = load_tokenizer(tokenizer_path) if tokenizer_path else None
+        self.tokenizer = (
+            check_word_ids(load_tokenizer(tokenizer_path), tokenizer_path, "data.tokenizer_path")
+            if tokenizer_path
+            else None
+        )
         self.splits: dict[str, TokenDataset] | None = None
 
     # --- contract -------------------------------------------------------------------------------

@@ -104,6 +104,18 @@ def train_tokenizer(
     return literal_special_tokens(tokenizer)
 
 
+def check_word_ids(tokenizer: Tokenizer, source: str, setting: str) -> Tokenizer:
+    """A word-level tokenizer from elsewhere must give [PAD] id 0 and [UNK] id 1, as ours do:
+    padding and masks rely on those ids."""
+    found = {token: tokenizer.token_to_id(token) for token in SPECIAL_TOKENS}
+    if found != {PAD: PAD_ID, UNK: UNK_ID}:
+        raise ConfigError(
+            f"{source}: the tokenizer must map {PAD} to id {PAD_ID} and {UNK} to id {UNK_ID}, "
+            f"found {found} (set {setting}=<a tokenizer.json written by attnexp>)"
+        )
+    return tokenizer
+
+
 # How a normalised text is cut into words before the vocabulary lookup.
 WORD_SPLITS = {
     "punctuation": pre_tokenizers.Whitespace,  # words and punctuation runs: `\\w+|[^\\w\\s]+`
