@@ -290,11 +290,8 @@ def test_seed_null_draws_and_records_a_seed(compose_cfg, tmp_path):
     assert f"seed={record['seed']}" in " ".join(record["warnings"])
 
 
-@pytest.mark.parametrize("launcher", ["WORLD_SIZE", "SLURM_NTASKS"])
-def test_seed_null_is_refused_for_processes_launched_outside_lightning(
-    compose_cfg, tmp_path, monkeypatch, launcher
-):
-    """torchrun / srun start every rank with seed=null: each would draw its own seed."""
+def single_process(monkeypatch) -> None:
+    """No launcher's rank variables in the environment: a plain single-process run."""
     for key in (
         "LOCAL_RANK",
         "RANK",
@@ -304,6 +301,14 @@ def test_seed_null_is_refused_for_processes_launched_outside_lightning(
         "SLURM_NTASKS",
     ):
         monkeypatch.delenv(key, raising=False)
+
+
+@pytest.mark.parametrize("launcher", ["WORLD_SIZE", "SLURM_NTASKS"])
+def test_seed_null_is_refused_for_processes_launched_outside_lightning(
+    compose_cfg, tmp_path, monkeypatch, launcher
+):
+    """torchrun / srun start every rank with seed=null: each would draw its own seed."""
+    single_process(monkeypatch)
     monkeypatch.setenv(launcher, "2")
     cfg = compose_cfg(*TINY, "seed=null")
     with pytest.raises(ConfigError, match="2 processes of this job .* give seed=<int>"):
@@ -316,15 +321,7 @@ def test_seed_null_is_refused_for_processes_launched_outside_lightning(
 
 def test_seed_null_resumes_with_the_seed_the_run_drew(compose_cfg, tmp_path, monkeypatch):
     """A new draw would give the resumed attempt another data split and tokenizer."""
-    for key in (
-        "LOCAL_RANK",
-        "RANK",
-        "SLURM_PROCID",
-        "PL_GLOBAL_SEED",
-        "WORLD_SIZE",
-        "SLURM_NTASKS",
-    ):
-        monkeypatch.delenv(key, raising=False)
+    single_process(monkeypatch)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "metrics.json").write_text(json.dumps({"status": "failed", "seed": 1234}))
