@@ -253,3 +253,22 @@ def test_rank0_still_refuses_a_dir_holding_a_run(tmp_path, monkeypatch):
         monkeypatch.delenv(key, raising=False)
     with pytest.raises(SystemExit):
         RunDirGuard().on_run_start(guard_config(run_dir))
+
+
+def test_relaunching_strategy_single_run_end_to_end(tmp_path):
+    """trainer.strategy=ddp re-runs the command line for rank 1 into rank 0's run dir (as
+    trainer=fsdp does on GPUs): one run dir, one completed record, one summary."""
+    result = run_cli(
+        tmp_path,
+        *TINY,
+        "trainer=ddp_cpu",
+        "trainer.strategy=ddp",
+        "data.eval_variable_max=0",
+        "data.eval_bag_sizes=[2]",
+        timeout=400,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
+    record = json.loads((run_dir / "metrics.json").read_text())
+    assert record["status"] == "completed" and record["device"] == "cpu x2"
+    assert result.stdout.count("  val/acc_best ") == 1  # rank 1 prints no second summary
