@@ -24,7 +24,14 @@ from attnexp.build import build, check_data_dir
 from attnexp.checkpoints import load_run
 from attnexp.errors import ConfigError
 from attnexp.evaluate import check_same_data, run_overrides
-from attnexp.runs import RunRecord, check_not_running, check_resume, resolve_run_dir, writer_alive
+from attnexp.runs import (
+    RunRecord,
+    check_not_running,
+    check_resume,
+    override_arg,
+    resolve_run_dir,
+    writer_alive,
+)
 from attnexp.train import check_settings, checkpoint_step, draw_seed
 
 
@@ -189,6 +196,22 @@ def test_resume_errors(tmp_path):
     assert resolve_run_dir("auto", str(runs_root), ["seed=1"]) != str(run_dir)  # not the same run
     with pytest.raises(ConfigError, match=r"lies inside the run .*: give the run dir, resume="):
         check_resume(str(run_dir / "checkpoints" / "last.ckpt"), longer)
+
+
+def test_resume_commands_quote_sweep_job_dirs(tmp_path):
+    """Sweep job dirs hold `=` and `,`: Hydra's parser needs such a value quoted."""
+    assert override_arg("resume", "outputs/runs/2026-11-22_10-00-00_ab12cd") == (
+        "resume=outputs/runs/2026-11-22_10-00-00_ab12cd"
+    )
+    job = tmp_path / "1_scorer=dot,seed=0"
+    assert override_arg("resume", job) == f"\"resume='{job}'\""
+    (job / "checkpoints").mkdir(parents=True)
+    (job / "checkpoints" / "last.ckpt").write_bytes(b"")
+    (job / ".hydra").mkdir()
+    (job / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    with pytest.raises(ConfigError) as err:
+        check_resume(str(job / "checkpoints" / "last.ckpt"), ["seed=0"])
+    assert str(err.value).endswith(f"give the run dir, \"resume='{job}'\"")
 
 
 def ended_pid() -> int:

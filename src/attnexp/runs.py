@@ -107,6 +107,15 @@ def _fixed_settings(overrides: list[str]) -> dict[str, str]:
     return {k: o for k, o in _by_key(overrides).items() if not k.startswith(RESUME_MAY_CHANGE)}
 
 
+def override_arg(key: str, value: object) -> str:
+    """`key=value` as one command-line argument: quoted where Hydra's parser or the shell would
+    split the value (sweep job dirs are named like `1_scorer=dot,seed=0`)."""
+    text = str(value)
+    if re.fullmatch(r"[\w./~+:@-]*", text):
+        return f"{key}={text}"
+    return f"\"{key}='{text}'\""
+
+
 def check_resume(resume: str, overrides: list[str]) -> None:
     """`resume=<dir>`: the dir holds a last checkpoint, and this command sets what the run was
     started with (apart from `RESUME_MAY_CHANGE`)."""
@@ -114,7 +123,8 @@ def check_resume(resume: str, overrides: list[str]) -> None:
     held = run_holding(run_dir)
     if held is not None and held != run_dir:  # e.g. <run>/checkpoints/last.ckpt
         raise ConfigError(
-            f"resume={resume} lies inside the run {held}: give the run dir, resume={held}"
+            f"resume={resume} lies inside the run {held}: give the run dir, "
+            f"{override_arg(RESUME_KEY, held)}"
         )
     if not (run_dir / LAST_CKPT).is_file():
         raise ConfigError(
@@ -130,7 +140,7 @@ def check_resume(resume: str, overrides: list[str]) -> None:
             f"resume={resume}: that run was started with other settings (differing: "
             f"{', '.join(differ)}). A resumed run continues with its own settings; only "
             f"{', '.join(RESUME_MAY_CHANGE)} may change. To resume it: python -m attnexp "
-            f"{' '.join([*_by_key(saved).values(), f'resume={resume}'])}"
+            f"{' '.join([*_by_key(saved).values(), override_arg(RESUME_KEY, resume)])}"
         )
 
 

@@ -149,7 +149,7 @@ def check_no_resume(config: DictConfig) -> None:
                 f"{RESUME_KEY}={values[0]}: a multirun (-m) runs every job in a new dir of the "
                 f"sweep, so no job would continue a run (each would train from scratch); resume "
                 f"a run on its own, without -m: python -m attnexp <its overrides> "
-                f"{RESUME_KEY}=<run dir>"
+                f"\"{RESUME_KEY}='<run dir>'\""
             )
         )
 
