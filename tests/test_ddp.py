@@ -145,16 +145,17 @@ def test_text_loaders_bucket_each_ranks_shard(tmp_path, name, stage):
     assert len(set(ranks[0]) & set(ranks[1])) <= padding
 
 
+# Two CPU processes over gloo, one small eval set: seconds per job.
+DDP_TINY = [*TINY, "trainer=ddp_cpu", "data.eval_variable_max=0", "data.eval_bag_sizes=[2]"]
+
+
 def test_ddp_cpu_multirun_one_run_dir_per_job(tmp_path):
     result = run_cli(
         tmp_path,
         "-m",
-        *TINY,
-        "trainer=ddp_cpu",
+        *DDP_TINY,
         "model.hidden_size=8,16",
         "callbacks.attention_figures=null",
-        "data.eval_variable_max=0",
-        "data.eval_bag_sizes=[2]",
         timeout=400,
     )
     assert result.returncode == 0, result.stderr[-4000:]
@@ -260,11 +261,8 @@ def test_relaunching_strategy_single_run_end_to_end(tmp_path):
     trainer=fsdp does on GPUs): one run dir, one completed record, one summary."""
     result = run_cli(
         tmp_path,
-        *TINY,
-        "trainer=ddp_cpu",
+        *DDP_TINY,
         "trainer.strategy=ddp",
-        "data.eval_variable_max=0",
-        "data.eval_bag_sizes=[2]",
         timeout=400,
     )
     assert result.returncode == 0, result.stderr[-4000:]
