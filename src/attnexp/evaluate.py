@@ -81,8 +81,9 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
 
         def check_planned_data(datamodule: AttnDataModule) -> None:
             # "hub" may still fall back to the sample: that is checked once the data is loaded
-            if datamodule.planned_source() in ("local", "sample"):
-                check_same_data(datamodule.planned_source(), run_record, run_cfg, overrides)
+            planned = datamodule.planned_source()
+            if planned in ("local", "sample"):
+                check_same_data(planned, run_record, run_cfg, overrides)
 
         with run_settings_hint("evaluate"):
             datamodule, task = build(

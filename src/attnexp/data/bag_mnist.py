@@ -196,12 +196,11 @@ class BagMNISTDataModule(AttnDataModule):
         that is already a DistributedSampler is left alone. Evaluation needs no equal step counts
         (the stats sync once, at epoch end), only a batch per rank.
         """
-        trainer = self.trainer
-        world = getattr(trainer, "world_size", 1) if trainer is not None else 1
+        world = getattr(self.trainer, "world_size", 1)
         if world < 2 or len(bags) < world:
             return bags
         return UnrepeatedDistributedSamplerWrapper(
-            bags, num_replicas=world, rank=trainer.global_rank, shuffle=False
+            bags, num_replicas=world, rank=self.trainer.global_rank, shuffle=False
         )
 
     def _fit_loader(self, pool: BagPool, bags: FixedBags | RandomBags) -> DataLoader:

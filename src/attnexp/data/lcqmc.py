@@ -26,7 +26,7 @@ from attnexp.data.base import AttnDataModule
 from attnexp.data.batching import bucket_batch_sampler, check_epoch_order, pad_sequences
 from attnexp.data.chinese import PairTokenizer, check_pair_len
 from attnexp.data.resumable import ResumableLoader
-from attnexp.data.sources import hub_offline, resolve
+from attnexp.data.sources import resolve
 from attnexp.data.text import not_utf8, save_tokenizer
 from attnexp.errors import ConfigError, require_positive
 from attnexp.files import write_atomically
@@ -217,11 +217,8 @@ class LCQMCDataModule(AttnDataModule):
 
     def _load_raw(self) -> dict[str, Pairs]:
         folder = self.data_dir / self.data_subdir
-        if (
-            self.source_request in ("auto", "local")
-            and not folder.is_dir()
-            and (self.source_request == "local" or hub_offline())
-        ):
+        plan = self.planned_source()  # None: no folder, the hub offline, and no sample to use
+        if plan is None or (plan == "local" and not folder.is_dir()):
             raise ConfigError(
                 f"lcqmc: no data: {folder} does not exist and the HF hub is offline. Put "
                 f"{', '.join(f'{s}.tsv' for s in self._needed_splits())} (text_a<TAB>text_b<TAB>label) in "
