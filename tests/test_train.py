@@ -175,6 +175,38 @@ def test_resume_auto_then_a_run_dir(finished_run):
     assert len(list((run_dir / "tb").glob("events.out.tfevents.*"))) > 1  # same dashboard dir
 
 
+def test_a_resumed_run_keeps_its_logs_up_to_its_checkpoint(tmp_path):
+    """TensorBoard and CSV: the first attempt's points stay; what it logged after its last
+    checkpoint (as if it died there) is replaced by what the resumed run logs."""
+    from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    settings = [*TINY, "logger=many"]
+    assert run_cli(tmp_path, *settings).returncode == 0
+    (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
+    resume_step = checkpoint_step(run_dir / "checkpoints" / "last.ckpt")
+    metrics_csv = run_dir / "csv" / "metrics.csv"
+    header, *first = metrics_csv.read_text().splitlines()
+    before_resume = [row for row in first if int(row.split(",")[1]) < resume_step]
+    assert before_resume and len(before_resume) < len(first)  # the test row is at resume_step
+    writer = SummaryWriter(run_dir / "tb")  # the interrupted attempt's last points
+    writer.add_scalar("val/acc", 7.0, resume_step + 1)
+    writer.close()
+    with metrics_csv.open("a") as file:
+        file.write(f"1,{resume_step + 1}" + ",7.0" * (header.count(",") - 1) + "\n")
+
+    result = run_cli(tmp_path, *settings, f"resume={run_dir}", "trainer.max_epochs=2")
+    assert result.returncode == 0, result.stderr[-4000:]
+    rows = metrics_csv.read_text().splitlines()[1:]
+    assert rows[: len(before_resume)] == before_resume  # epoch 0's rows, as written
+    assert len(rows) == 2 * len(before_resume) + 1  # epochs 0 and 1, one test row
+    assert "7.0" not in metrics_csv.read_text()
+    events = EventAccumulator(str(run_dir / "tb"))
+    events.Reload()
+    assert [e.step for e in events.Tensors("val/acc")] == [resume_step - 1, 2 * resume_step - 1]
+    assert [e.step for e in events.Tensors("test/acc")] == [2 * resume_step]  # the resumed run's
+
+
 def test_resume_errors(tmp_path):
     with pytest.raises(ConfigError, match=r"resume=.*nowhere: no checkpoints/last.ckpt"):
         check_resume(str(tmp_path / "nowhere"), [])

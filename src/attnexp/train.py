@@ -16,8 +16,9 @@ import pytorch_lightning as pl
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import SIGTERMException
@@ -28,6 +29,7 @@ from attnexp.errors import ConfigError, exit_with
 from attnexp.runs import LAST_CKPT, RunRecord, is_other_rank, natural_key
 from attnexp.sweeps import check_strategy
 from attnexp.tasks.callbacks import EpochHistory
+from attnexp.tasks.loggers import RESUMABLE
 
 log = logging.getLogger(__name__)
 FAILED_JOBS: list[str] = []  # failed jobs of this process's multirun, for the exit status
@@ -96,9 +98,16 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     callbacks = [instantiate_checked(c) for c in cfg.callbacks.values() if c is not None] + [
         EpochHistory(record)
     ]
-    loggers = (
-        [instantiate(c) for c in cfg.logger.values() if c is not None] if cfg.get("logger") else []
-    )
+    # resume=auto that found no earlier run starts afresh in a new dir, without a checkpoint.
+    resume_ckpt = run_dir / LAST_CKPT if cfg.get("resume") else None
+    if resume_ckpt is not None and not resume_ckpt.is_file():
+        resume_ckpt = None
+    resume_step = checkpoint_step(resume_ckpt) if resume_ckpt is not None else 0
+    loggers = [
+        instantiate(c, **purge_setting(c, resume_step))
+        for c in (cfg.get("logger") or {}).values()
+        if c is not None
+    ]
     # Without a configured ModelCheckpoint, Lightning would add one that monitors nothing (so has
     # no best checkpoint) and writes into the logger's dir: no checkpoints then.
     checkpointing = (
@@ -111,12 +120,8 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     )
     record.update(device=device_name(trainer))
 
-    # resume=auto that found no earlier run starts afresh in a new dir, without a checkpoint.
-    resume_ckpt = run_dir / LAST_CKPT if cfg.get("resume") else None
-    if resume_ckpt is not None and not resume_ckpt.is_file():
-        resume_ckpt = None
     if resume_ckpt is not None:
-        log.info("resuming from %s", resume_ckpt)
+        log.info("resuming from %s (global step %d)", resume_ckpt, resume_step)
     trainer.fit(task, datamodule=datamodule, ckpt_path=resume_ckpt)
     record.reload("history", "validations")  # ddp_spawn: the rank-0 worker recorded them
     metrics = scalar_metrics(trainer.callback_metrics)
@@ -197,7 +202,17 @@ def best_checkpoint_callback(trainer: pl.Trainer) -> ModelCheckpoint | None:
     return next((c for c in trainer.checkpoint_callbacks if c.monitor), None)
 
 
-def checkpoint_step(path: str) -> int:
+def purge_setting(logger_cfg: DictConfig, resume_step: int) -> dict[str, int]:
+    """TensorBoard and CSV logs drop what an interrupted attempt logged at or after the step its
+    resumed run goes on from (tasks/loggers.py); other loggers are left as configured."""
+    try:
+        target = get_class(logger_cfg._target_)
+    except (ImportError, ConfigAttributeError):  # instantiate() says what is wrong
+        return {}
+    return {"purge_step": resume_step} if issubclass(target, RESUMABLE) else {}
+
+
+def checkpoint_step(path: str | Path) -> int:
     """The global step a Lightning checkpoint was saved at (memory-mapped: reads little)."""
     return int(torch.load(path, map_location="cpu", weights_only=False, mmap=True)["global_step"])
 

@@ -1,0 +1,63 @@
+"""Loggers that a resumed run can write into without losing what its earlier attempts logged.
+
+A resumed run goes on from its last checkpoint, at global step `purge_step`. What an interrupted
+attempt logged after that checkpoint is logged again by the resumed one, so it is dropped:
+- TensorBoard: Lightning's `TensorBoardLogger` passes `purge_step` to its `SummaryWriter`, which
+  marks the restart in the event files; TensorBoard then hides the older events at or after it
+  (else the curves double back). Its reader honours a restart mark only after a first one, so
+  a fresh run writes one at step 0.
+- CSV: Lightning's writer deletes an existing `metrics.csv` when it starts. `CSVLogger` below keeps
+  the rows before `purge_step` instead.
+"""
+
+import csv
+import os
+import warnings
+from typing import Any
+
+from pytorch_lightning import loggers
+from pytorch_lightning.loggers.logger import rank_zero_experiment
+
+
+class CSVLogger(loggers.CSVLogger):
+    """Lightning's CSV logger (`metrics.csv`, `hparams.yaml`), which keeps a resumed run's rows.
+
+    Args:
+        purge_step: the global step the run goes on from (0 for a fresh run); rows of
+            `metrics.csv` before it are kept, later ones were logged by an interrupted attempt.
+    """
+
+    def __init__(self, *args: Any, purge_step: int = 0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.purge_step = purge_step
+
+    @property
+    @rank_zero_experiment
+    def experiment(self):
+        if self._experiment is not None:
+            return self._experiment
+        kept = self._rows_before(self.purge_step)
+        with warnings.catch_warnings():  # "Previous log files ... will be deleted": not these
+            warnings.filterwarnings("ignore", message=".*exists and is not empty")
+            writer = super().experiment  # deletes metrics.csv
+        if kept:
+            writer.metrics = kept
+            writer.save()
+        return writer
+
+    def _rows_before(self, step: int) -> list[dict[str, str]]:
+        path = os.path.join(self.log_dir, "metrics.csv")
+        if not os.path.isfile(path):
+            return []
+        with open(path, newline="") as file:
+            rows = list(csv.DictReader(file))
+        # A row holds only the metrics logged together: the other columns are empty.
+        return [
+            {key: value for key, value in row.items() if value != ""}
+            for row in rows
+            if int(row["step"]) < step
+        ]
+
+
+# The loggers that take `purge_step`.
+RESUMABLE = (loggers.TensorBoardLogger, CSVLogger)

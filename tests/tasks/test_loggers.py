@@ -1,0 +1,62 @@
+"""A resumed run's logs: what its earlier attempts logged stays, what they logged after the
+checkpoint the run goes on from is dropped (it is logged again)."""
+
+import csv
+
+from torch.utils.tensorboard import SummaryWriter
+
+from attnexp.tasks.loggers import CSVLogger
+
+
+def read_csv(path) -> list[dict[str, str]]:
+    with open(path, newline="") as file:
+        return list(csv.DictReader(file))
+
+
+def first_attempt(save_dir) -> None:
+    logger = CSVLogger(save_dir, name="csv", version="")
+    for step in range(6):
+        logger.log_metrics({"train/loss": 1.0 / (step + 1)}, step=step)
+    logger.log_metrics({"val/acc": 0.5}, step=3)  # another column, in its own row
+    logger.save()
+
+
+def test_a_resumed_csv_log_keeps_the_rows_before_its_checkpoint(tmp_path):
+    first_attempt(tmp_path)
+    resumed = CSVLogger(tmp_path, name="csv", version="", purge_step=4)
+    resumed.log_metrics({"train/loss": 9.0}, step=4)
+    resumed.log_metrics({"test/acc": 0.75}, step=5)  # a new column: the file is rewritten
+    resumed.save()
+
+    rows = read_csv(tmp_path / "csv" / "metrics.csv")
+    assert [(r["step"], r["train/loss"], r["val/acc"], r["test/acc"]) for r in rows] == [
+        ("0", "1.0", "", ""),
+        ("1", "0.5", "", ""),
+        ("2", "0.3333333333333333", "", ""),
+        ("3", "0.25", "", ""),
+        ("3", "", "0.5", ""),
+        ("4", "9.0", "", ""),  # steps 4 and 5 of the first attempt are gone
+        ("5", "", "", "0.75"),
+    ]
+
+
+def test_a_fresh_csv_log_starts_empty(tmp_path):
+    logger = CSVLogger(tmp_path, name="csv", version="")
+    logger.log_metrics({"train/loss": 1.0}, step=0)
+    logger.save()
+    assert [r["step"] for r in read_csv(tmp_path / "csv" / "metrics.csv")] == ["0"]
+
+
+def test_the_restart_mark_hides_the_interrupted_attempts_later_points(tmp_path):
+    """What `purge_step` relies on in TensorBoard's own reader: a fresh run marks step 0, and a
+    resumed one's mark hides the older events at or after its step."""
+    from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
+
+    for purge_step, steps, value in ((0, range(10), 1.0), (5, range(5, 8), 2.0)):
+        writer = SummaryWriter(tmp_path, purge_step=purge_step)
+        for step in steps:
+            writer.add_scalar("val/acc", value, step)
+        writer.close()
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert [e.step for e in events.Tensors("val/acc")] == [0, 1, 2, 3, 4, 5, 6, 7]
