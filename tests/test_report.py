@@ -154,6 +154,19 @@ def test_unreadable_record_and_out_dir(sweep, tmp_path):
     assert written["csv"].parent == tmp_path / "elsewhere"
 
 
+def test_a_report_never_replaces_the_report_of_other_runs(sweep, tmp_path, capsys):
+    other = tmp_path / "other"
+    write_run(other, "0_seed=0", metrics=bag_metrics(0.7), history=curve(0.7))
+    out = tmp_path / "reports"
+    assert report.main([str(sweep), "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert report.main([str(other), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {out} holds the report of {sweep}, which this report of {other} would" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert report.main([str(sweep), "--out", str(out)]) == 0  # the same runs: refreshed
+
+
 def test_single_run_dir_and_cli(tmp_path, capsys):
     run_dir = write_run(tmp_path, "runs/only", metrics=bag_metrics(0.9), history=curve(0.8, 0.9))
     assert report.main([str(run_dir)]) == 0

@@ -50,6 +50,23 @@ def test_sweep_with_a_failing_job_then_report(tmp_path):
     assert {p: p.stat().st_mtime_ns for p in sweep_dir.rglob("*")} == before
 
 
+def test_jobs_never_share_a_dir(tmp_path):
+    """A hydra.sweep.subdir= that names two jobs alike: the second would write its config,
+    checkpoints and record over the first's, so it is refused and the first's are kept."""
+    sweep = tmp_path / "sweep"
+    result = run_cli(
+        tmp_path, "-m", "seed=0,1", *TINY, f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=same"
+    )
+    assert result.returncode == 1, result.stderr[-4000:]
+    output = result.stdout + result.stderr  # the log goes to stdout
+    assert f"hydra.sweep.subdir=same puts job 1 into {sweep / 'same'}, which holds" in output
+    job = sweep / "same"
+    assert json.loads((job / "metrics.json").read_text())["seed"] == 0
+    assert "seed=0" in (job / ".hydra" / "overrides.yaml").read_text()
+    assert not list(job.glob("metrics.attempt*")) and not list(job.glob(".hydra/resume_*"))
+    assert len(list((job / "checkpoints").glob("*.ckpt"))) == 2  # job 0's best and last
+
+
 def test_sweep_subdir_names_only_the_swept_overrides(tmp_path):
     OmegaConf.save(
         {

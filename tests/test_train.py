@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import pytorch_lightning as pl
@@ -21,7 +22,7 @@ from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 
 from attnexp.build import build, check_data_dir
-from attnexp.checkpoints import load_run
+from attnexp.checkpoints import find_checkpoint, load_run
 from attnexp.errors import ConfigError
 from attnexp.evaluate import check_same_data, run_overrides
 from attnexp.runs import (
@@ -32,6 +33,7 @@ from attnexp.runs import (
     resolve_run_dir,
     writer_alive,
 )
+from attnexp.tasks.callbacks import EpochHistory
 from attnexp.train import check_settings, checkpoint_step, draw_seed
 
 
@@ -110,6 +112,24 @@ def test_evaluate_writes_its_own_dir_with_the_same_metrics(finished_run):
     assert "test/acc_variable" in result.stdout
 
 
+def test_evaluate_sweeps_never_write_over_earlier_evaluations(finished_run, tmp_path):
+    """evaluate -m gets a new dir each time; a hydra.sweep.dir= holding an earlier one is refused
+    (its jobs would write their configs over the earlier jobs' and take their records as resumed)."""
+    _, run_dir, _ = finished_run
+    args = ("-m", f"ckpt_path={run_dir}", "trainer.enable_progress_bar=false")
+    default = run_cli(tmp_path, *args, module="attnexp.evaluate")
+    assert default.returncode == 0, default.stderr[-4000:]
+    (sweep,) = (tmp_path / "outputs" / "evals").iterdir()  # under paths.log_dir, not ./multirun
+    assert (sweep / "0" / "metrics.json").is_file()
+    before = snapshot(sweep)
+    again = run_cli(
+        tmp_path, *args, "seed=1", f"hydra.sweep.dir={sweep}", module="attnexp.evaluate"
+    )
+    assert again.returncode == 2, again.stderr[-4000:]
+    assert f"hydra.sweep.dir={sweep} holds an earlier sweep" in again.stderr
+    assert snapshot(sweep) == before
+
+
 def test_evaluate_errors(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_run(tmp_path / "nowhere.ckpt")
@@ -175,6 +195,42 @@ def test_resume_auto_then_a_run_dir(finished_run):
     assert len(list((run_dir / "tb").glob("events.out.tfevents.*"))) > 1  # same dashboard dir
 
 
+def test_a_resume_that_fails_early_keeps_the_runs_best_checkpoint(finished_run, tmp_path):
+    """The record of a resumed attempt that fails before it saves a checkpoint still names the
+    run's best one: evaluate and predict of the run dir take it, not last.ckpt."""
+    _, run_dir, _ = finished_run
+    run = shutil.copytree(run_dir, tmp_path / "run")
+    best = read(run / "metrics.json")["best_ckpt"]
+    result = run_cli(tmp_path, *TINY, f"resume={run}", "trainer.max_epochs=-5")
+    assert result.returncode == 2 and "trainer.max_epochs=-5" in result.stderr
+    record = read(run / "metrics.json")
+    assert record["status"] == "failed" and record.get("best_ckpt") == best
+    assert find_checkpoint(run) == (run / best).resolve()
+
+
+def test_the_record_follows_the_best_checkpoint_as_it_is_saved(tmp_path):
+    """A new best is recorded once its file is written (Lightning writes it before last.ckpt and
+    deletes the one it replaces after it), so a run that dies later still names its best."""
+    record = RunRecord(tmp_path, seed=0, overrides=[])
+    record.start()
+    best = tmp_path / "checkpoints" / "epoch001.ckpt"
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    trainer = SimpleNamespace(
+        checkpoint_callbacks=[
+            SimpleNamespace(monitor="val/acc", best_model_path=str(best)),
+            SimpleNamespace(monitor=None, best_model_path=str(last)),
+        ],
+        is_global_zero=True,
+    )
+    history = EpochHistory(record)
+    history.on_save_checkpoint(trainer, None, {})  # the new best is being written
+    assert "best_ckpt" not in read(tmp_path / "metrics.json")
+    best.parent.mkdir()
+    best.touch()
+    history.on_save_checkpoint(trainer, None, {})  # last.ckpt, written after it
+    assert read(tmp_path / "metrics.json")["best_ckpt"] == "checkpoints/epoch001.ckpt"
+
+
 def test_a_resumed_run_keeps_its_logs_up_to_its_checkpoint(tmp_path):
     """TensorBoard and CSV: the first attempt's points stay; what it logged after its last
     checkpoint (as if it died there) is replaced by what the resumed run logs."""
@@ -201,6 +257,7 @@ def test_a_resumed_run_keeps_its_logs_up_to_its_checkpoint(tmp_path):
     assert rows[: len(before_resume)] == before_resume  # epoch 0's rows, as written
     assert len(rows) == 2 * len(before_resume) + 1  # epochs 0 and 1, one test row
     assert "7.0" not in metrics_csv.read_text()
+    assert "7.0" in (run_dir / "csv" / "metrics.attempt1.csv").read_text()  # kept aside, whole
     events = EventAccumulator(str(run_dir / "tb"))
     events.Reload()
     assert [e.step for e in events.Tensors("val/acc")] == [resume_step - 1, 2 * resume_step - 1]

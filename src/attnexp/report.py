@@ -42,6 +42,7 @@ KILLED = "killed"  # a record left `running` by a process that is gone
 _ABSENT = object()
 SKIP_DIRS = {"checkpoints", "tb", ".hydra", ".submitit", "__pycache__"}  # never hold run records
 BAG_METRIC = re.compile(r"^test/acc_bag(\d+)$")
+TITLE = "# Report: "  # report.md's first line names the folder of runs it reports on
 
 
 @dataclass
@@ -392,6 +393,22 @@ def val_curves(
     return curves
 
 
+def check_out_dir(root: Path, out_dir: Path) -> None:
+    """A report is written again for the same folder of runs (it refreshes), never over the
+    report of another folder."""
+    earlier = out_dir / "report.md"
+    if not earlier.is_file():
+        return
+    title = earlier.read_text().split("\n", 1)[0]
+    reported = Path(title.removeprefix(TITLE)).resolve() if title.startswith(TITLE) else None
+    if reported != root.resolve():
+        raise FileExistsError(
+            f"--out {out_dir} holds the report of {reported or 'other runs'}, which this report "
+            f"of {root} would overwrite: give a new folder (--out ...), or leave --out out to "
+            f"write into {root}"
+        )
+
+
 def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
     """Write report.csv, report.md and the plots; returns what was written."""
     from attnexp.viz.report import plot_bag_sizes, plot_val_curves
@@ -405,6 +422,7 @@ def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
             f"no {METRICS_FILE} of a training run under {root}{only} (give a multirun dir or a "
             f"folder of run dirs)"
         )
+    check_out_dir(root, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
 
@@ -424,7 +442,7 @@ def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
 
     by_status = {s: sum(r.status == s for r in runs) for s in sorted({r.status for r in runs})}
     parts = [
-        f"# Report: {root}",
+        f"{TITLE}{root.resolve()}",
         "",
         f"{len(runs)} runs: " + ", ".join(f"{n} {s}" for s, n in by_status.items()) + ".",
         "Metrics of runs not completed are from their last finished epoch.",
@@ -473,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         written = write_report(args.dir, args.out)
-    except FileNotFoundError as err:
+    except (FileNotFoundError, FileExistsError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(written["markdown"].read_text())

@@ -245,10 +245,13 @@ def check_new_dir(run_dir: Path, can_resume: bool) -> None:
     raise ConfigError(f"hydra.run.dir={run_dir} {what} (drop hydra.run.dir= for a new dir{hint})")
 
 
-def hydra_subdir(run_dir: str) -> str:
-    """Where Hydra writes the composed config: a resumed run keeps the original `.hydra/`."""
+def hydra_subdir(run_dir: str, mode: object = None) -> str | None:
+    """Where Hydra writes the composed config: a resumed run keeps the original `.hydra/`; a sweep
+    job in a dir that holds one writes none (it is an earlier job's, and train refuses the job)."""
     if not (Path(run_dir) / RUN_CONFIG).is_file():
         return ".hydra"
+    if str(mode).endswith("MULTIRUN"):
+        return None
     return f".hydra/resume_{datetime.now():%Y-%m-%d_%H-%M-%S}"
 
 
@@ -302,6 +305,8 @@ class RunRecord:
                 before = json.loads(earlier.read_text())
                 for key in ("history", "validations"):
                     self.data[key] = list(before.get(key, []))
+                if before.get("best_ckpt"):  # still the best until this attempt saves a better one
+                    self.data["best_ckpt"] = before["best_ckpt"]
                 self.earlier_seed = before.get("seed")
             except (OSError, ValueError) as err:
                 log.warning("could not read the history of %s: %s", earlier, err)
@@ -310,6 +315,13 @@ class RunRecord:
     def update(self, **fields: Any) -> None:
         self.data.update(fields)
         self.save()
+
+    def record_best(self, best: str) -> None:
+        """`best_ckpt`: the best checkpoint's path, relative to the run dir where it lies in it."""
+        path, run_dir = Path(best), self.path.parent
+        relative = str(path.relative_to(run_dir)) if path.is_relative_to(run_dir) else best
+        if self.data.get("best_ckpt") != relative:
+            self.update(best_ckpt=relative)
 
     def warn(self, message: str) -> None:
         """A decision taken for the user: logged at WARNING and kept in the record."""

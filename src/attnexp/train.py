@@ -26,7 +26,14 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from attnexp.build import build, check_data_dir, instantiate_checked
 from attnexp.config import register_resolvers
 from attnexp.errors import ConfigError, exit_with
-from attnexp.runs import LAST_CKPT, RunRecord, is_other_rank, natural_key
+from attnexp.runs import (
+    LAST_CKPT,
+    RunRecord,
+    holds_run,
+    is_other_rank,
+    natural_key,
+    override_arg,
+)
 from attnexp.sweeps import check_strategy
 from attnexp.tasks.callbacks import EpochHistory
 from attnexp.tasks.loggers import RESUMABLE
@@ -131,11 +138,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     if best:
         metrics = with_val_of(metrics, validation_at(record, checkpoint_step(best)), record)
         metrics[f"{checkpoint.monitor}_best"] = best_score(checkpoint, best)
-        record.update(
-            best_ckpt=str(Path(best).relative_to(run_dir))
-            if Path(best).is_relative_to(run_dir)
-            else best
-        )
+        record.record_best(best)
     else:
         record.warn(
             "no best checkpoint (checkpointing off, e.g. fast_dev_run): testing the final weights"
@@ -265,6 +268,14 @@ def flatten_hparams(tree: dict, prefix: str = "") -> dict:
 def run(cfg: DictConfig) -> dict[str, float]:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
+    if hydra_cfg.mode == RunMode.MULTIRUN and not is_other_rank() and holds_run(run_dir):
+        raise ConfigError(
+            f"hydra.sweep.subdir={hydra_cfg.sweep.subdir} puts job {hydra_cfg.job.num} into "
+            f"{run_dir}, which holds a run already (an earlier job's, or this job's from an "
+            f"earlier launch): every job needs a new dir of its own (put ${{hydra.job.num}} in "
+            f"hydra.sweep.subdir, or leave hydra.sweep.subdir out); to continue that run, resume "
+            f"it on its own: python -m attnexp <its overrides> {override_arg('resume', run_dir)}"
+        )
     record = RunRecord(
         run_dir,
         seed=cfg.get("seed"),

@@ -28,6 +28,8 @@ def test_a_resumed_csv_log_keeps_the_rows_before_its_checkpoint(tmp_path):
     resumed.log_metrics({"test/acc": 0.75}, step=5)  # a new column: the file is rewritten
     resumed.save()
 
+    earlier = read_csv(tmp_path / "csv" / "metrics.attempt1.csv")  # the first attempt's, whole
+    assert [r["step"] for r in earlier] == ["0", "1", "2", "3", "4", "5", "3"]
     rows = read_csv(tmp_path / "csv" / "metrics.csv")
     assert [(r["step"], r["train/loss"], r["val/acc"], r["test/acc"]) for r in rows] == [
         ("0", "1.0", "", ""),

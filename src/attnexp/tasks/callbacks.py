@@ -2,6 +2,7 @@
 
 import logging
 from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytorch_lightning as pl
@@ -102,6 +103,15 @@ class EpochHistory(pl.Callback):
             }
         )
         self.record.update(validations=[*self.record.data["validations"], row])
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint):
+        """`best_ckpt` follows the best checkpoint while the run trains, so a run that fails later
+        (or a resumed one whose new best replaced the earlier attempt's) still names its best.
+        Lightning saves a new best before last.ckpt and deletes the one it replaces after it: a
+        path is recorded once its file is there."""
+        best = next((c.best_model_path for c in trainer.checkpoint_callbacks if c.monitor), "")
+        if best and Path(best).is_file() and trainer.is_global_zero:
+            self.record.record_best(best)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.pending = (trainer.current_epoch, trainer.global_step)

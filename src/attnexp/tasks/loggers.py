@@ -7,12 +7,15 @@ attempt logged after that checkpoint is logged again by the resumed one, so it i
   (else the curves double back). Its reader honours a restart mark only after a first one, so
   a fresh run writes one at step 0.
 - CSV: Lightning's writer deletes an existing `metrics.csv` when it starts. `CSVLogger` below keeps
-  the rows before `purge_step` instead.
+  the rows before `purge_step` instead, and the whole earlier file as `metrics.attempt<k>.csv` (as
+  the run record keeps `metrics.attempt<k>.json`): nothing an attempt logged is lost.
 """
 
 import csv
-import os
+import itertools
+import shutil
 import warnings
+from pathlib import Path
 from typing import Any
 
 from pytorch_lightning import loggers
@@ -36,7 +39,7 @@ class CSVLogger(loggers.CSVLogger):
     def experiment(self):
         if self._experiment is not None:
             return self._experiment
-        kept = self._rows_before(self.purge_step)
+        kept = self._keep_earlier_rows(self.purge_step)
         with warnings.catch_warnings():  # "Previous log files ... will be deleted": not these
             warnings.filterwarnings("ignore", message=".*exists and is not empty")
             writer = super().experiment  # deletes metrics.csv
@@ -45,11 +48,18 @@ class CSVLogger(loggers.CSVLogger):
             writer.save()
         return writer
 
-    def _rows_before(self, step: int) -> list[dict[str, str]]:
-        path = os.path.join(self.log_dir, "metrics.csv")
-        if not os.path.isfile(path):
+    def _keep_earlier_rows(self, step: int) -> list[dict[str, str]]:
+        """Copy an earlier attempt's metrics.csv aside; return its rows before `step`."""
+        path = Path(self.log_dir) / "metrics.csv"
+        if not path.is_file():
             return []
-        with open(path, newline="") as file:
+        attempt = next(
+            path.with_name(f"metrics.attempt{k}.csv")
+            for k in itertools.count(1)
+            if not path.with_name(f"metrics.attempt{k}.csv").exists()
+        )
+        shutil.copyfile(path, attempt)
+        with path.open(newline="") as file:
             rows = list(csv.DictReader(file))
         # A row holds only the metrics logged together: the other columns are empty.
         return [
