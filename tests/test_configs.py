@@ -188,3 +188,35 @@ def test_debug_overfit_fits_a_few_bag_batches(tiny_root, tmp_path):
     train_in_process(cfg, tmp_path / "run")
     record = yaml.safe_load((tmp_path / "run" / "metrics.json").read_text())
     assert record["status"] == "completed" and record["history"][-1]["train/acc"] >= 0.95
+
+
+@pytest.mark.parametrize(
+    "row, model, scorer",
+    [
+        ("mean", "lstm_mean", None),
+        ("additive", "lstm_attn", "additive"),
+        ("dot", "lstm_attn", "dot"),
+        ("mhsa", "lstm_mhsa", None),
+    ],
+)
+def test_the_nndl_imdb_rows_set_the_chapters_settings(compose_cfg, row, model, scorer):
+    """experiment=nndl_imdb_<row>: the model and scorer of the row, and the chapter's settings
+    (README, docs/RESULTS.md): sizes, optimiser, budget, Paddle's initialisers, 10-step checks."""
+    cfg = compose_cfg(f"experiment=nndl_imdb_{row}")
+    choices = cfg.hydra.runtime.choices
+    assert (choices.model, choices.data) == (model, "imdb")
+    assert cfg.get("scorer") is None if scorer is None else choices.scorer == scorer
+    assert (cfg.model.embed_dim, cfg.model.hidden_size, cfg.model.num_layers) == (128, 128, 1)
+    assert (cfg.model.embed_init, cfg.model.linear_init) == ("xavier", "xavier")
+    assert (cfg.model.dropout, cfg.model.embed_dropout) == (0.0, 0.0)
+    assert (cfg.data.batch_size, cfg.data.max_seq_len) == (128, 256)
+    assert (cfg.optimizer.lr, cfg.trainer.max_epochs, cfg.trainer.val_check_interval) == (
+        1e-3,
+        2,
+        10,
+    )
+    assert cfg.get("scheduler") is None
+    if model == "lstm_attn":
+        assert cfg.model.query_init == "uniform"  # the chapter's U(-0.5, 0.5) query
+    if model == "lstm_mhsa":
+        assert cfg.model.heads == 8 and 2 * cfg.model.hidden_size == 256  # 8 heads, 256 wide

@@ -140,6 +140,29 @@ def test_optuna_search_config_composes(compose_cfg):
     assert cfg.hydra.sweeper.direction == "maximize" and cfg.optimized_metric == "val/acc_best"
 
 
+def test_optuna_search_space_without_the_plugin(compose_cfg):
+    """The Optuna plugin is not in the dev extras, so the test above (and test_configs' one for
+    hparams_search=bag_optuna) skip in CI: read the search config as it is written and check that
+    it maximises the metric the runs record and that every value it tries composes."""
+    from conftest import CONF_DIR
+
+    search = OmegaConf.load(CONF_DIR / "hparams_search" / "bag_optuna.yaml")
+    monitor = OmegaConf.load(CONF_DIR / "callbacks" / "default.yaml").model_checkpoint.monitor
+    assert search.optimized_metric == f"{monitor}_best" == "val/acc_best"  # fit_and_test's key
+    assert search.hydra.sweeper.direction == "maximize"
+    params = search.hydra.sweeper.params
+    assert set(params) == {"scorer", "model.hidden_size", "optimizer.lr"}
+    for key, space in params.items():
+        # choice(a, b, ...) -> every option; tag(log, interval(lo, hi)) -> both bounds
+        inner = space[space.rindex("(") + 1 : space.index(")")]
+        for value in (v.strip() for v in inner.split(",")):
+            cfg = compose_cfg(f"{key}={value}")
+            if key == "scorer":
+                assert cfg.hydra.runtime.choices.scorer == value
+            else:
+                assert OmegaConf.select(cfg, key) == pytest.approx(float(value)), key
+
+
 def test_relaunching_strategy_rejected_in_a_local_multirun(monkeypatch):
     for key in ("SLURM_NTASKS", "TORCHELASTIC_RUN_ID"):
         monkeypatch.delenv(key, raising=False)

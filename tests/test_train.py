@@ -92,6 +92,28 @@ def test_quickstart_learns(tmp_path):
     assert record["metrics"]["test/acc"] >= 0.7  # 0.5 is chance; measured 0.785 (RESULTS.md)
 
 
+def test_val_metrics_are_the_tested_checkpoints_not_the_last_validations(compose_cfg, tmp_path):
+    """val/* in the record are those of the validation at the best (tested) checkpoint, the last
+    validation's are val/*_last. mode=min makes the best checkpoint one that is not the last, so
+    the two differ (with one validation, or a last one that is the best, they cannot)."""
+    (tmp_path / "data").mkdir()
+    cfg = compose_cfg(
+        *TINY, "trainer.max_epochs=3", "trainer.accelerator=cpu", "logger=csv",
+        "callbacks.model_checkpoint.mode=min",
+    )  # fmt: skip
+    train_in_process(cfg, tmp_path / "run")
+    record = read(tmp_path / "run" / "metrics.json")
+    rows = {row["step"]: row for row in record["validations"]}
+    best_step = checkpoint_step(tmp_path / "run" / record["best_ckpt"])
+    last_step = max(rows)
+    assert best_step != last_step and rows[best_step]["val/loss"] != rows[last_step]["val/loss"]
+    metrics = record["metrics"]
+    for key in ("val/acc", "val/loss", "val/f1"):
+        assert metrics[key] == pytest.approx(rows[best_step][key]), key
+        assert metrics[f"{key}_last"] == pytest.approx(rows[last_step][key]), key
+    assert metrics["val/acc_best"] == pytest.approx(rows[best_step]["val/acc"])
+
+
 def test_evaluate_writes_its_own_dir_with_the_same_metrics(finished_run):
     tmp, run_dir, _ = finished_run
     before = (run_dir / "metrics.json").read_text()

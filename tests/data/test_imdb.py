@@ -64,10 +64,19 @@ def test_block_split_holds_out_runs_of_consecutive_reviews():
 
 
 def test_val_split_blocks_and_bad_value(tmp_path):
-    write_imdb(tmp_path / "data", num_train=60, num_test=20)
+    import pyarrow.parquet as pq
+
+    from attnexp.data.text import encode_texts
+
+    folder = write_imdb(tmp_path / "data", num_train=60, num_test=20)
     dm = make_dm(tmp_path, val_fraction=0.2, val_split="blocks")
     dm.setup("fit")
     assert Counter(dm.splits["val"].labels) == {0: 6, 1: 6}
+    # Each label's 30 reviews make one run (runs of 250), so the 6 held out of each label are its
+    # first 6 in file order: rows 0-5 and 30-35 (held out one by one, they would be scattered).
+    texts = pq.read_table(folder / "train.parquet")["text"].to_pylist()
+    held = [texts[i] for i in [*range(6), *range(30, 36)]]
+    assert [list(ids) for ids in dm.splits["val"].ids] == encode_texts(dm.tokenizer, held, 20)
     with pytest.raises(ConfigError, match="data.val_split"):
         make_dm(tmp_path, val_split="movies")
     with pytest.raises(ConfigError, match="data.val_from"):

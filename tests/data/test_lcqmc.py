@@ -105,7 +105,13 @@ def test_reduced_protocol_split_is_fixed(tmp_path):
     other = make_dm(tmp_path, seed=2)  # another run seed: the same validation pairs
     other.setup()
     assert other.texts["val"] == dm.texts["val"]
-    assert set(dm.texts["val"][0]).isdisjoint(set()) and dm.source == "local"
+    assert dm.source == "local"
+    # the validation pairs are held out of training, and the two sides together are the dev file
+    pairs = {side: list(zip(*dm.texts[side], strict=True)) for side in ("train", "val")}
+    assert set(pairs["train"]).isdisjoint(pairs["val"])
+    dev = (tmp_path / "data" / "lcqmc" / "dev.tsv").read_text(encoding="utf-8").splitlines()
+    fields = [line.split("\t") for line in dev]
+    assert sorted(pairs["train"] + pairs["val"]) == sorted((a, b, int(y)) for a, b, y in fields)
     assert dm.model_kwargs == {
         "num_classes": 2,
         "vocab_size": dm.tokenizer.vocab_size,

@@ -45,8 +45,12 @@ def test_pair_embeddings_shapes_and_segments_matter(position):
     assert torch.allclose(out_a[0, :4], out_b[0, :4]) and not torch.allclose(
         out_a[0, 4:], out_b[0, 4:]
     )
-    # same token at different positions differs (positional information)
-    assert not torch.allclose(out_a[0, 3], out_a[0, 5])
+    # same token at different positions differs (positional information): in out_b both are in
+    # segment 0, so only the positions can tell them apart (in out_a the segments differ too)
+    assert not torch.allclose(out_b[0, 3], out_b[0, 5])
+    # the same tokens and segments one position further right embed differently
+    shifted = emb(torch.tensor([[2, 2, 5, 6, 3, 7, 3]]), torch.tensor([[0, 0, 0, 0, 0, 1, 1]]))
+    assert not torch.allclose(shifted[0, 1:], out_a[0])
 
 
 def test_pair_embeddings_errors():
