@@ -45,8 +45,11 @@ def item_backbone(kind: str, image_size: int, channels: int, hidden_size: int) -
     )
 
 
-def classifier_head(hidden_size: int, num_classes: int) -> nn.Module:
+def classifier_head(hidden_size: int, num_classes: int, pooled_norm: bool) -> nn.Module:
+    """The book's prediction nets: its context attention net (`SmarterAttentionNet`) normalises
+    the pooled vector first (`pooled_norm`), its simple attention net does not."""
     return nn.Sequential(
+        *([nn.BatchNorm1d(hidden_size)] if pooled_norm else []),
         nn.Linear(hidden_size, hidden_size),
         nn.LeakyReLU(),
         nn.BatchNorm1d(hidden_size),
@@ -107,6 +110,9 @@ class BagAttention(nn.Module):
             masked mean of the item features as query).
         scorer: factory for the context scorer, called with key_dim and query_dim (from `scorer=`).
         backbone: "mlp" or "conv".
+        pooled_norm: BatchNorm on the pooled vector before the classifier; None: as the book
+            (context: yes, simple: no; conf/model/bag_attn.yaml's default). False, the default
+            here, is what runs from before the option trained: their checkpoints still load.
     """
 
     input_kind = "bags"
@@ -122,6 +128,7 @@ class BagAttention(nn.Module):
         backbone: str = "mlp",
         attention: str = "context",
         scorer: Callable[..., Scorer] | None = None,
+        pooled_norm: bool | None = False,
     ) -> None:
         super().__init__()
         require_positive("model.hidden_size", hidden_size)
@@ -138,7 +145,9 @@ class BagAttention(nn.Module):
             self.pool = AttentionPooling(hidden_size, SimpleScorer(hidden_size), query="none")
         else:
             self.pool = AttentionPooling(hidden_size, scorer, query="mean")
-        self.head = classifier_head(hidden_size, num_classes)
+        if pooled_norm is None:
+            pooled_norm = attention == "context"
+        self.head = classifier_head(hidden_size, num_classes, pooled_norm)
 
     def forward(self, items: torch.Tensor, mask: torch.Tensor, return_attention: bool = False):
         """items (B, T, C, S, S), mask (B, T) -> logits (B, classes) [, weights (B, T)]."""
