@@ -34,7 +34,7 @@ from attnexp.runs import (
     writer_alive,
 )
 from attnexp.tasks.callbacks import EpochHistory
-from attnexp.train import check_settings, checkpoint_step, draw_seed
+from attnexp.train import check_settings, checkpoint_step, draw_seed, purge_setting
 
 
 def read(path: Path) -> dict:
@@ -283,6 +283,9 @@ def test_a_resumed_run_keeps_its_logs_up_to_its_checkpoint(tmp_path):
     events = EventAccumulator(str(run_dir / "tb"))
     events.Reload()
     assert [e.step for e in events.Tensors("val/acc")] == [resume_step - 1, 2 * resume_step - 1]
+    # each validation's figure, at its val/acc point: the one before the checkpoint stays shown
+    figures = [e.step for e in events.Tensors("attention/val_examples")]
+    assert figures == [resume_step - 1, 2 * resume_step - 1]
     assert [e.step for e in events.Tensors("test/acc")] == [2 * resume_step]  # the resumed run's
 
 
@@ -620,3 +623,17 @@ def test_debug_limit_works_with_step_validation(compose_cfg):
 def test_gpu_trainer_without_a_gpu(compose_cfg):
     with pytest.raises(ConfigError, match=r"trainer.accelerator=gpu: this machine sees no CUDA"):
         check_settings(compose_cfg("trainer=gpu"))
+
+
+@pytest.mark.parametrize(
+    ("target", "setting"),
+    [
+        ("pytorch_lightning.loggers.TensorBoardLogger", {"purge_step": 7}),
+        ("attnexp.tasks.loggers.CSVLogger", {"purge_step": 7}),
+        ("pytorch_lightning.loggers.WandbLogger", {}),  # not resumable: left as configured
+        ("attnexp.train.draw_seed", {}),  # a function (a logger factory, say), not a class
+        ("nowhere.Logger", {}),  # instantiate() says what is wrong
+    ],
+)
+def test_purge_setting_only_for_the_resumable_loggers(target, setting):
+    assert purge_setting(OmegaConf.create({"_target_": target}), 7) == setting

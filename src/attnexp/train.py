@@ -16,9 +16,8 @@ import pytorch_lightning as pl
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from hydra.utils import get_class, instantiate
+from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import ConfigAttributeError
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import SIGTERMException
@@ -36,7 +35,7 @@ from attnexp.runs import (
 )
 from attnexp.sweeps import check_strategy
 from attnexp.tasks.callbacks import EpochHistory
-from attnexp.tasks.loggers import RESUMABLE
+from attnexp.tasks.loggers import RESUMABLE, start_logs
 
 log = logging.getLogger(__name__)
 FAILED_JOBS: list[str] = []  # failed jobs of this process's multirun, for the exit status
@@ -115,6 +114,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         for c in (cfg.get("logger") or {}).values()
         if c is not None
     ]
+    start_logs(loggers)
     # Without a configured ModelCheckpoint, Lightning would add one that monitors nothing (so has
     # no best checkpoint) and writes into the logger's dir: no checkpoints then.
     checkpointing = (
@@ -208,11 +208,14 @@ def best_checkpoint_callback(trainer: pl.Trainer) -> ModelCheckpoint | None:
 def purge_setting(logger_cfg: DictConfig, resume_step: int) -> dict[str, int]:
     """TensorBoard and CSV logs drop what an interrupted attempt logged at or after the step its
     resumed run goes on from (tasks/loggers.py); other loggers are left as configured."""
+    target_path = logger_cfg.get("_target_")
     try:
-        target = get_class(logger_cfg._target_)
-    except (ImportError, ConfigAttributeError):  # instantiate() says what is wrong
+        target = get_object(target_path) if isinstance(target_path, str) else None
+    except (ImportError, ValueError):  # instantiate() says what is wrong
         return {}
-    return {"purge_step": resume_step} if issubclass(target, RESUMABLE) else {}
+    # a _target_ may be any callable that makes a logger (a factory function, say)
+    resumable = isinstance(target, type) and issubclass(target, RESUMABLE)
+    return {"purge_step": resume_step} if resumable else {}
 
 
 def checkpoint_step(path: str | Path) -> int:

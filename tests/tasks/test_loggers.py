@@ -2,10 +2,12 @@
 checkpoint the run goes on from is dropped (it is logged again)."""
 
 import csv
+import pickle
 
+from pytorch_lightning.loggers import TensorBoardLogger
 from torch.utils.tensorboard import SummaryWriter
 
-from attnexp.tasks.loggers import CSVLogger
+from attnexp.tasks.loggers import CSVLogger, start_logs
 
 
 def read_csv(path) -> list[dict[str, str]]:
@@ -62,3 +64,33 @@ def test_the_restart_mark_hides_the_interrupted_attempts_later_points(tmp_path):
     events = EventAccumulator(str(tmp_path))
     events.Reload()
     assert [e.step for e in events.Tensors("val/acc")] == [0, 1, 2, 3, 4, 5, 6, 7]
+
+
+def test_the_processes_ddp_spawn_starts_purge_nothing(tmp_path):
+    """ddp_spawn pickles the run's loggers into the fit process, then into the test process, and
+    each makes its writers again: only the run's start purges, else the test process would drop
+    the rows fit logged and hide all its TensorBoard points behind a new restart mark."""
+    from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
+
+    first_attempt(tmp_path)
+    run_loggers = [
+        CSVLogger(tmp_path, name="csv", version="", purge_step=4),
+        TensorBoardLogger(tmp_path, name="tb", version="", purge_step=4),
+    ]
+    start_logs(run_loggers)
+    for steps, key in ((range(4, 6), "train/acc"), (range(6, 7), "test/acc")):  # fit, then test:
+        for logger in pickle.loads(pickle.dumps(run_loggers)):  # each in a process of its own
+            for step in steps:
+                logger.log_metrics({"val/acc": float(step), key: 1.0}, step=step)
+            logger.save()
+            logger.finalize("success")
+    rows = read_csv(tmp_path / "csv" / "metrics.csv")
+    assert [(r["step"], r["val/acc"]) for r in rows if r["val/acc"]] == [
+        ("3", "0.5"), ("4", "4.0"), ("5", "5.0"), ("6", "6.0")
+    ]  # fmt: skip
+    assert sorted(p.name for p in (tmp_path / "csv").glob("metrics.attempt*")) == [
+        "metrics.attempt1.csv"
+    ]
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [e.step for e in events.Tensors("val/acc")] == [4, 5, 6]

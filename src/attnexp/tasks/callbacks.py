@@ -66,9 +66,12 @@ class AttentionFigures(pl.Callback):
             return
         if not isinstance(figures, dict):
             figures = {"attention/val_examples": figures}
+        # At the step of the val/* points (Lightning's logger step), before the checkpoint's global
+        # step: a resumed run's TensorBoard purge (tasks/loggers.py) hides what is at or after that.
+        step = trainer.fit_loop.epoch_loop._batches_that_stepped
         for tag, figure in figures.items():
             for writer in writers:
-                writer.add_figure(tag, figure, global_step=trainer.global_step, close=False)
+                writer.add_figure(tag, figure, global_step=step, close=False)
             plt.close(figure)
 
 

@@ -15,6 +15,7 @@ import csv
 import itertools
 import shutil
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,10 @@ class CSVLogger(loggers.CSVLogger):
     Args:
         purge_step: the global step the run goes on from (0 for a fresh run); rows of
             `metrics.csv` before it are kept, later ones were logged by an interrupted attempt.
+            None (once the run's writer is made): every row is kept.
     """
 
-    def __init__(self, *args: Any, purge_step: int = 0, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, purge_step: int | None = 0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.purge_step = purge_step
 
@@ -46,28 +48,46 @@ class CSVLogger(loggers.CSVLogger):
         if kept:
             writer.metrics = kept
             writer.save()
+        self.purge_step = None  # a writer made again for this run keeps every row
         return writer
 
-    def _keep_earlier_rows(self, step: int) -> list[dict[str, str]]:
-        """Copy an earlier attempt's metrics.csv aside; return its rows before `step`."""
+    def __getstate__(self) -> dict[str, Any]:
+        """A process it is pickled into makes its writer again, from the file as it is then."""
+        return {**self.__dict__, "_experiment": None}
+
+    def _keep_earlier_rows(self, step: int | None) -> list[dict[str, str]]:
+        """Copy an earlier attempt's metrics.csv aside; return its rows before `step` (all of
+        them, and nothing copied, for None: the file is this run's own)."""
         path = Path(self.log_dir) / "metrics.csv"
         if not path.is_file():
             return []
-        attempt = next(
-            path.with_name(f"metrics.attempt{k}.csv")
-            for k in itertools.count(1)
-            if not path.with_name(f"metrics.attempt{k}.csv").exists()
-        )
-        shutil.copyfile(path, attempt)
+        if step is not None:
+            attempt = next(
+                path.with_name(f"metrics.attempt{k}.csv")
+                for k in itertools.count(1)
+                if not path.with_name(f"metrics.attempt{k}.csv").exists()
+            )
+            shutil.copyfile(path, attempt)
         with path.open(newline="") as file:
             rows = list(csv.DictReader(file))
         # A row holds only the metrics logged together: the other columns are empty.
         return [
             {key: value for key, value in row.items() if value != ""}
             for row in rows
-            if int(row["step"]) < step
+            if step is None or int(row["step"]) < step
         ]
 
 
 # The loggers that take `purge_step`.
 RESUMABLE = (loggers.TensorBoardLogger, CSVLogger)
+
+
+def start_logs(run_loggers: Iterable[loggers.Logger]) -> None:
+    """Purge what an interrupted attempt logged, once, in the process in charge of the run and
+    before it trains; the writers that ddp_spawn's processes make again then purge nothing (a
+    TensorBoard restart mark written by the test process would hide all that fit logged)."""
+    for logger in run_loggers:
+        if isinstance(logger, RESUMABLE):
+            _ = logger.experiment  # makes the writer (rank zero only: the others write nothing)
+        if isinstance(logger, loggers.TensorBoardLogger):
+            logger._kwargs.pop("purge_step", None)  # Lightning's SummaryWriter(**kwargs)
