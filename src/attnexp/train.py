@@ -34,7 +34,7 @@ from attnexp.runs import (
     override_arg,
 )
 from attnexp.sweeps import check_strategy
-from attnexp.tasks.callbacks import EpochHistory
+from attnexp.tasks.callbacks import EpochHistory, best_checkpoint_callback
 from attnexp.tasks.loggers import RESUMABLE, start_logs
 
 log = logging.getLogger(__name__)
@@ -198,11 +198,6 @@ def check_val_interval(trainer_cfg: DictConfig) -> None:
             f"trainer.val_check_interval=1.0 to validate once per epoch, or limit_train_batches "
             f">= {interval})"
         )
-
-
-def best_checkpoint_callback(trainer: pl.Trainer) -> ModelCheckpoint | None:
-    """The ModelCheckpoint that keeps the best checkpoint by a metric (not the one of last.ckpt)."""
-    return next((c for c in trainer.checkpoint_callbacks if c.monitor), None)
 
 
 def purge_setting(logger_cfg: DictConfig, resume_step: int) -> dict[str, int]:

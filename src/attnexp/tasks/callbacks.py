@@ -7,6 +7,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import TensorBoardLogger
 
 from attnexp.errors import require_positive
@@ -26,6 +27,11 @@ def full_parameters(trainer: pl.Trainer) -> AbstractContextManager:
         if isinstance(model, FSDP):
             return FSDP.summon_full_params(model, writeback=False)
     return nullcontext()
+
+
+def best_checkpoint_callback(trainer: pl.Trainer) -> ModelCheckpoint | None:
+    """The ModelCheckpoint that keeps the best checkpoint by a metric (not the one of last.ckpt)."""
+    return next((c for c in trainer.checkpoint_callbacks if c.monitor), None)
 
 
 def tensorboard_writers(trainer: pl.Trainer) -> list:
@@ -112,7 +118,8 @@ class EpochHistory(pl.Callback):
         (or a resumed one whose new best replaced the earlier attempt's) still names its best.
         Lightning saves a new best before last.ckpt and deletes the one it replaces after it: a
         path is recorded once its file is there."""
-        best = next((c.best_model_path for c in trainer.checkpoint_callbacks if c.monitor), "")
+        checkpoint = best_checkpoint_callback(trainer)
+        best = checkpoint.best_model_path if checkpoint is not None else ""
         if best and Path(best).is_file() and trainer.is_global_zero:
             self.record.record_best(best)
 
