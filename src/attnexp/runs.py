@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 
 import attnexp
 from attnexp.errors import ConfigError, exit_with
-from attnexp.files import write_atomically
+from attnexp.files import next_attempt, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -298,8 +298,8 @@ class RunRecord:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():  # a resumed run: keep what the earlier attempt wrote
-            attempt = 1 + len(list(self.path.parent.glob("metrics.attempt*.json")))
-            earlier = self.path.rename(self.path.with_name(f"metrics.attempt{attempt}.json"))
+            attempt, kept = next_attempt(self.path)
+            earlier = self.path.rename(kept)
             self.data["resumed_from_attempt"] = attempt
             try:  # the epochs and validations before the interruption stay in the record
                 before = json.loads(earlier.read_text())

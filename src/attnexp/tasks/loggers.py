@@ -12,7 +12,6 @@ attempt logged after that checkpoint is logged again by the resumed one, so it i
 """
 
 import csv
-import itertools
 import shutil
 import warnings
 from collections.abc import Iterable
@@ -21,6 +20,8 @@ from typing import Any
 
 from pytorch_lightning import loggers
 from pytorch_lightning.loggers.logger import rank_zero_experiment
+
+from attnexp.files import next_attempt
 
 
 class CSVLogger(loggers.CSVLogger):
@@ -62,12 +63,7 @@ class CSVLogger(loggers.CSVLogger):
         if not path.is_file():
             return []
         if step is not None:
-            attempt = next(
-                path.with_name(f"metrics.attempt{k}.csv")
-                for k in itertools.count(1)
-                if not path.with_name(f"metrics.attempt{k}.csv").exists()
-            )
-            shutil.copyfile(path, attempt)
+            shutil.copyfile(path, next_attempt(path)[1])
         with path.open(newline="") as file:
             rows = list(csv.DictReader(file))
         # A row holds only the metrics logged together: the other columns are empty.
