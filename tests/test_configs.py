@@ -1,4 +1,5 @@
-"""Every yaml under conf/ composes and builds; every model trains one batch (fast_dev_run).
+"""Every yaml under conf/ composes and builds; every model trains one batch (fast_dev_run) and
+ignores what padded positions hold.
 
 Configs are found by globbing, so a new option (a model, a scorer, an experiment) is covered
 without a new test. Every dataset gets tiny generated files in one data dir.
@@ -12,6 +13,7 @@ import yaml
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import MissingConfigException
+from hydra.utils import get_class
 from imdb_data import train_in_process, write_imdb
 from lcqmc_data import write_lcqmc
 from mnist_data import write_mnist
@@ -35,19 +37,41 @@ def group_options() -> list[str]:
     return overrides
 
 
-def model_for_data() -> dict[str, str]:
-    """data option -> a model whose yaml selects it (the pair that fits)."""
+def target_of(path: Path) -> type:
+    """The class an option's yaml builds."""
+    return get_class(yaml.safe_load(path.read_text())["_target_"])
+
+
+def data_of_model(conf_dir: Path = CONF_DIR) -> dict[str, str]:
+    """model option -> the data option its yaml selects."""
     pairs = {}
-    for path in sorted((CONF_DIR / "model").glob("*.yaml")):
+    for path in sorted((conf_dir / "model").glob("*.yaml")):
         for entry in yaml.safe_load(path.read_text()).get("defaults", []):
             if isinstance(entry, dict):
                 for key, value in entry.items():
                     if key.split("@")[0].endswith("/data"):
-                        pairs.setdefault(value, path.stem)
+                        pairs[path.stem] = value
+    return pairs
+
+
+def model_for_data(conf_dir: Path = CONF_DIR) -> dict[str, str]:
+    """data option -> a model that fits it: one whose yaml selects it, else (a dataset for the
+    existing models, run as data=<it>) one that reads the batch kind its DataModule provides."""
+    pairs = {}
+    for model, data in data_of_model(conf_dir).items():
+        pairs.setdefault(data, model)
+    by_kind = {}
+    for path in sorted((conf_dir / "model").glob("*.yaml")):
+        by_kind.setdefault(getattr(target_of(path), "input_kind", None), path.stem)
+    for path in sorted((conf_dir / "data").glob("*.yaml")):
+        kind = target_of(path).input_kind
+        if path.stem not in pairs and kind in by_kind:
+            pairs[path.stem] = by_kind[kind]
     return pairs
 
 
 MODELS = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml"))
+BAG_MODELS = sorted(m for m, data in data_of_model().items() if data == "bag_mnist")
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +119,19 @@ def test_globbing_finds_the_configs():
         "trainer=cpu",
     } <= set(options)
     assert model_for_data()["bag_mnist"] in ("bag_attn", "bag_mlp")
+    assert {"bag_attn", "bag_mlp"} <= set(BAG_MODELS)
+
+
+def test_a_dataset_no_model_selects_pairs_by_batch_kind(tmp_path):
+    """A new dataset for the existing models (`data=<it>`, no model yaml of its own) is still
+    composed and built by test_every_option_composes_and_builds: with a model of its batch kind."""
+    for group in ("model", "data"):
+        (tmp_path / group).mkdir()
+        for path in (CONF_DIR / group).glob("*.yaml"):
+            (tmp_path / group / path.name).write_text(path.read_text())
+    (tmp_path / "data" / "reviews2.yaml").write_text("_target_: attnexp.data.imdb.IMDBDataModule\n")
+    model = model_for_data(tmp_path)["reviews2"]
+    assert target_of(tmp_path / "model" / f"{model}.yaml").input_kind == "tokens"
 
 
 def test_every_conf_folder_is_a_listed_package():
@@ -118,7 +155,7 @@ def test_every_option_composes_and_builds(tiny_root, override):
     extra = []
     if override.startswith("data="):
         data = override.split("=", 1)[1]
-        assert data in model_for_data(), f"no model selects data={data}"
+        assert data in model_for_data(), f"no model reads the batches of data={data}"
         extra.append(f"model={model_for_data()[data]}")
     try:
         cfg = compose_in(tiny_root, *extra, override)
@@ -132,6 +169,46 @@ def test_every_option_composes_and_builds(tiny_root, override):
     datamodule, task = build(cfg, choices)
     assert datamodule.source == "local"
     assert sum(p.numel() for p in task.model.parameters()) > 0
+
+
+def with_padding_filled(inputs: dict, fill_seed: int) -> dict:
+    """The batch with other content at its padded positions: random features where they are
+    floats (large: an untrained model that reads them changes visibly, checked by breaking
+    masked_mean), random ids from the batch's range where they are integers (tokens, segments)."""
+    mask, generator = inputs["mask"], torch.Generator().manual_seed(fill_seed)
+    filled = {}
+    for key, value in inputs.items():
+        if key != "mask" and torch.is_tensor(value) and value.shape[:2] == mask.shape:
+            if value.is_floating_point():
+                noise = 1e3 * torch.randn(value.shape, generator=generator, dtype=value.dtype)
+            else:
+                high = int(value.max()) + 1
+                noise = torch.randint(0, high, value.shape, generator=generator, dtype=value.dtype)
+            pad = (~mask).view(*mask.shape, *[1] * (value.dim() - 2))
+            value = torch.where(pad, noise, value)
+        filled[key] = value
+    return filled
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_model_ignores_padded_content(tiny_root, model):
+    """What padded positions hold changes no logit, and (B, T) attention weights leave them out.
+    Every batch gets padding here: the last position of each row is masked off (rows stay a run
+    of real items, as the text encoders expect)."""
+    cfg = compose_in(tiny_root, f"model={model}", "data.batch_size=8")
+    datamodule, task = build(cfg, dict(cfg.hydra.runtime.choices))
+    batch = datamodule.on_after_batch_transfer(next(iter(datamodule.val_dataloader())), 0)
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    inputs["mask"] = inputs["mask"].clone()
+    inputs["mask"][:, -1] = False
+    assert inputs["mask"].sum(-1).min() >= 1, "a row would be all padding"
+    torch.manual_seed(0)
+    net = task.model.eval()
+    with torch.no_grad():
+        logits, attention = net(**with_padding_filled(inputs, 0), return_attention=True)
+        assert torch.allclose(net(**with_padding_filled(inputs, 1)), logits, atol=1e-5)
+    if torch.is_tensor(attention) and attention.shape == inputs["mask"].shape:
+        assert (attention[~inputs["mask"]] == 0).all()
 
 
 ON_GPU = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")]
@@ -156,7 +233,7 @@ def test_every_model_fast_dev_run(tiny_root, tmp_path, model, trainer):
     assert record["device"].startswith("cuda" if trainer == "gpu" else "cpu")
 
 
-@pytest.mark.parametrize("model", ["bag_attn", "bag_mlp"])
+@pytest.mark.parametrize("model", BAG_MODELS)
 def test_bag_models_train_in_bf16_true(tiny_root, tmp_path, model):
     """The bag images reach the model in its own dtype (here bfloat16), not float32."""
     cfg = compose_in(

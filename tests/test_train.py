@@ -519,6 +519,13 @@ def test_unknown_options_and_keys(compose_cfg, overrides, error, match):
             r"model.attention=simple scores each item on its own, so scorer=dot has no effect",
         ),
         (["data.source=local"], r"data folder .*mnist does not exist"),
+        # the choices come from conf/scorer/ (a new yaml joins them), not from a list in the model
+        (
+            ["model=lstm_attn", "~scorer"],
+            r"model=lstm_attn needs an attention scorer \(set scorer=..., one of additive, "
+            r"bilinear, (\w+, )*dot, scaled_dot\)",
+        ),
+        (["model.scorer=null"], r"model=bag_attn needs an attention scorer"),
     ],
 )
 def test_config_errors(compose_cfg, overrides, match):
@@ -548,7 +555,12 @@ def test_missing_and_corrupt_data_files(compose_cfg, tmp_path):
 
 def test_data_dir_that_does_not_exist(compose_cfg, tmp_path):
     cfg = compose_cfg("trainer.max_epochs=1")  # compose_cfg sets paths.data_dir=<tmp>/data: absent
-    with pytest.raises(ConfigError, match=r"paths.data_dir=.*/data does not exist"):
+    # the folders named come from the DataModules of conf/data/ (a new dataset joins them)
+    with pytest.raises(
+        ConfigError,
+        match=r"paths.data_dir=.*/data does not exist \(give a folder holding imdb/, "
+        r"lcqmc/, mnist/,",
+    ):
         train_in_process(cfg, tmp_path / "run")
     check_data_dir(str(tmp_path / "absent"), ["trainer.max_epochs=1"])  # the default dir: no error
 

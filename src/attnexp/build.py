@@ -18,14 +18,26 @@ from attnexp.runs import override_key
 log = logging.getLogger(__name__)
 
 
+def config_options(group: str) -> dict[str, dict]:
+    """The options of a conf/ group, {name: its yaml as written}: the lists error messages
+    offer, found the way Hydra finds them, so a new yaml joins them without a list to edit."""
+    group_dir = resources.files("attnexp.conf") / group
+    return {
+        path.name.removesuffix(".yaml"): yaml.safe_load(path.read_text()) or {}
+        for path in sorted(group_dir.iterdir(), key=lambda p: p.name)
+        if path.name.endswith(".yaml")
+    }
+
+
 def scorer_models() -> list[str]:
     """The model options whose yaml takes a scorer: the ones `scorer=` applies to."""
-    model_dir = resources.files("attnexp.conf") / "model"
-    return sorted(
-        path.name.removesuffix(".yaml")
-        for path in model_dir.iterdir()
-        if path.name.endswith(".yaml") and "scorer" in (yaml.safe_load(path.read_text()) or {})
-    )
+    return [name for name, node in config_options("model").items() if "scorer" in node]
+
+
+def data_subdirs() -> list[str]:
+    """The folders under paths.data_dir that the data options read (mnist, imdb, ...)."""
+    subdirs = (get_class(node["_target_"]).data_subdir for node in config_options("data").values())
+    return sorted({s for s in subdirs if s})
 
 
 def given(key: str, overrides: list[str]) -> bool:
@@ -49,9 +61,13 @@ def check_config(
         )
     model_cls = get_class(cfg.model._target_)
     attention = cfg.model.get("attention")
-    if cfg.get("scorer") is not None and attention in getattr(
-        model_cls, "scorer_free_attentions", ()
-    ):
+    scorer_free = attention in getattr(model_cls, "scorer_free_attentions", ())
+    if "scorer" in cfg.model and cfg.model.get("scorer") is None and not scorer_free:
+        raise ConfigError(
+            f"model={model_name} needs an attention scorer (set scorer=..., one of "
+            f"{', '.join(config_options('scorer'))})"
+        )
+    if cfg.get("scorer") is not None and scorer_free:
         if given("scorer", list(overrides)):
             raise ConfigError(
                 f"model.attention={attention} scores each item on its own, so "
@@ -85,8 +101,9 @@ def check_data_dir(data_dir: str, overrides: list[str]) -> None:
     DataModules then fall back to the hub or the embedded sample, with a WARNING)."""
     if given("paths.data_dir", overrides) and not Path(data_dir).expanduser().is_dir():
         raise ConfigError(
-            f"paths.data_dir={data_dir} does not exist (give a folder holding mnist/, imdb/, "
-            f"lcqmc/, or drop paths.data_dir= to use the default data/ or the embedded samples)"
+            f"paths.data_dir={data_dir} does not exist (give a folder holding "
+            f"{', '.join(f'{s}/' for s in data_subdirs())}, or drop paths.data_dir= to use the "
+            f"default data/ or the embedded samples)"
         )
 
 

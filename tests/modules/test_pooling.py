@@ -1,28 +1,23 @@
 import pytest
 import torch
+from scorer_configs import pooling_params
 
 from attnexp.errors import ConfigError
-from attnexp.modules import AdditiveScorer, AttentionPooling, DotScorer, SimpleScorer
+from attnexp.modules import AdditiveScorer, AttentionPooling, DotScorer
 from attnexp.modules.masking import lengths_to_mask
 
 B, T, H = 2, 5, 8
-CASES = [
-    (AdditiveScorer, "learned"),
-    (AdditiveScorer, "mean"),
-    (DotScorer, "mean"),
-    (DotScorer, "learned"),
-    (SimpleScorer, "none"),
-]
+CASES = pooling_params()  # every conf/scorer option with each query it takes, + simple
 
 
-def make(scorer_cls, query):
+def make(scorer, query):
     torch.manual_seed(0)
-    return AttentionPooling(H, scorer_cls, query=query)
+    return AttentionPooling(H, scorer, query=query)
 
 
-@pytest.mark.parametrize("scorer_cls,query", CASES)
-def test_shapes_weights_and_padding(scorer_cls, query):
-    pool = make(scorer_cls, query)
+@pytest.mark.parametrize("scorer,query", CASES)
+def test_shapes_weights_and_padding(scorer, query):
+    pool = make(scorer, query)
     items = torch.randn(B, T, H)
     mask = lengths_to_mask(torch.tensor([3, 5]), T)
     pooled, weights = pool(items, mask)
@@ -39,17 +34,17 @@ def test_shapes_weights_and_padding(scorer_cls, query):
     )
 
 
-@pytest.mark.parametrize("scorer_cls,query", CASES)
-def test_all_padding_bag_pools_to_zeros(scorer_cls, query):
-    pool = make(scorer_cls, query)
+@pytest.mark.parametrize("scorer,query", CASES)
+def test_all_padding_bag_pools_to_zeros(scorer, query):
+    pool = make(scorer, query)
     mask = torch.tensor([[False] * T, [True] * T])
     pooled, weights = pool(torch.randn(B, T, H), mask)
     assert torch.isfinite(pooled).all() and (pooled[0] == 0).all() and (weights[0] == 0).all()
 
 
-@pytest.mark.parametrize("scorer_cls,query", CASES)
-def test_gradients_flow_and_bf16(scorer_cls, query):
-    pool = make(scorer_cls, query)
+@pytest.mark.parametrize("scorer,query", CASES)
+def test_gradients_flow_and_bf16(scorer, query):
+    pool = make(scorer, query)
     items = torch.randn(B, T, H, requires_grad=True)
     pooled, _ = pool(items, lengths_to_mask(torch.tensor([2, 5]), T))
     pooled.square().sum().backward()

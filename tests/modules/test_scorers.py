@@ -2,6 +2,7 @@ import math
 
 import pytest
 import torch
+from scorer_configs import scorer_factories, scorer_params
 
 from attnexp.errors import ConfigError
 from attnexp.modules.scorers import (
@@ -14,13 +15,23 @@ from attnexp.modules.scorers import (
 )
 
 B, T, H = 2, 5, 8
-SCORERS = [AdditiveScorer, BilinearScorer, DotScorer, ScaledDotScorer, SimpleScorer]
 
 
-@pytest.mark.parametrize("cls", SCORERS)
-def test_shapes_and_gradients(cls):
+def subclasses(cls: type) -> set[type]:
+    return {sub for direct in cls.__subclasses__() for sub in (direct, *subclasses(direct))}
+
+
+def test_every_scorer_class_has_an_option():
+    """A Scorer subclass without a conf/scorer yaml would escape the tests below (and the CLI)."""
+    covered = {factory.func for factory in scorer_factories().values()}
+    defined = {c for c in subclasses(Scorer) if c.__module__.startswith("attnexp.")}
+    assert SimpleScorer in defined and defined - covered == set()
+
+
+@pytest.mark.parametrize("factory", scorer_params())
+def test_shapes_and_gradients(factory):
     torch.manual_seed(0)
-    scorer = cls(key_dim=H, query_dim=H)
+    scorer = factory(key_dim=H, query_dim=H)
     keys = torch.randn(B, T, H, requires_grad=True)
     query = torch.randn(B, H, requires_grad=True) if scorer.needs_query else None
     scores = scorer(keys, query)
@@ -33,9 +44,9 @@ def test_shapes_and_gradients(cls):
         assert param.grad is not None, name
 
 
-@pytest.mark.parametrize("cls", SCORERS)
-def test_bf16(cls):
-    scorer = cls(key_dim=H, query_dim=H).to(torch.bfloat16)
+@pytest.mark.parametrize("factory", scorer_params())
+def test_bf16(factory):
+    scorer = factory(key_dim=H, query_dim=H).to(torch.bfloat16)
     keys = torch.randn(B, T, H, dtype=torch.bfloat16)
     query = torch.randn(B, H, dtype=torch.bfloat16) if scorer.needs_query else None
     scores = scorer(keys, query)

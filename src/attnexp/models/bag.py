@@ -137,6 +137,7 @@ class BagAttention(nn.Module):
                 f"attention '{attention}' is not one of {', '.join(ATTENTIONS)} (set model.attention=...)"
             )
         if attention == "context" and scorer is None:
+            # No list of names here: the runner refuses this first, listing conf/scorer/.
             raise ConfigError(
                 "model.attention=context needs a scorer (set scorer=additive|dot|...)"
             )

@@ -118,9 +118,8 @@ class LSTMAttention(_TextClassifier):
             linear_init,
         )
         if scorer is None:
-            raise ConfigError(
-                "lstm_attn needs a scorer (set scorer=additive|dot|scaled_dot|bilinear)"
-            )
+            # No list of names here: the runner refuses this first, listing conf/scorer/.
+            raise ConfigError("lstm_attn needs a scorer (set scorer=additive|dot|...)")
         self.attention = AttentionPooling(
             self.encoder.output_dim, scorer, query="learned", query_init=query_init
         )
