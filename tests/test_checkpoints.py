@@ -70,6 +70,20 @@ def test_a_missing_best_checkpoint_or_record_is_an_error_not_a_fallback(run_dir)
         find_checkpoint(run_dir)
 
 
+@pytest.mark.parametrize(
+    ("name", "content", "problem"),
+    [
+        ("config.yaml", "model: [unclosed\n", r"while parsing a flow sequence"),
+        ("config.yaml", "- a list\n", r"it holds a ListConfig, not a mapping"),
+        ("hydra.yaml", "hydra: {runtime: \n", r"while parsing"),
+    ],
+)
+def test_a_damaged_run_config_is_said_not_a_yaml_traceback(run_dir, name, content, problem):
+    (run_dir / ".hydra" / name).write_text(content)
+    with pytest.raises(ConfigError, match=rf"{name} cannot be read \({problem}.*damaged"):
+        load_run(run_dir)
+
+
 def test_the_run_dir_is_the_folder_holding_the_run(run_dir):
     (run_dir / "checkpoints" / ".hydra").mkdir()  # what a later command might have written
     (run_dir / "checkpoints" / ".hydra" / "config.yaml").write_text("seed: 1\n")
@@ -82,6 +96,10 @@ def test_checkpoint_weights_must_be_readable_and_fit(tmp_path):
     load_weights(torch.nn.Linear(4, 2), tmp_path / "ok.ckpt")
     with pytest.raises(ConfigError, match=r"does not fit .*size mismatch for weight.*drop it"):
         load_weights(torch.nn.Linear(8, 2), tmp_path / "ok.ckpt")
+    # another model's checkpoint (no override given) was blamed on an override
+    torch.save({"state_dict": torch.nn.Bilinear(4, 4, 2).state_dict()}, tmp_path / "other.ckpt")
+    with pytest.raises(ConfigError, match=r"does not fit .*: the checkpoint is another model's"):
+        load_weights(torch.nn.Linear(4, 2), tmp_path / "other.ckpt")
     (tmp_path / "bad.ckpt").write_text("{}")
     with pytest.raises(ConfigError, match="bad.ckpt is not a Lightning checkpoint") as err:
         read_weights(tmp_path / "bad.ckpt")

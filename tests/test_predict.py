@@ -210,6 +210,9 @@ def test_out_dir_is_never_reused_nor_inside_a_run(run_dir, capsys, tmp_path):
         rc, _, err = predict(capsys, f"ckpt_path={run_dir}", "text=hi", f"out_dir={inside}")
         assert rc == 2 and f"is in the run {run_dir}" in err and "out_dir=" in err
     assert not (run_dir / "preds").exists() and not (run_dir / "predictions.jsonl").exists()
+    (tmp_path / "afile").write_text("x")  # was a FileExistsError traceback, after the model loaded
+    rc, _, err = predict(capsys, f"ckpt_path={run_dir}", "text=hi", f"out_dir={tmp_path}/afile")
+    assert rc == 2 and "afile is a file, so predictions cannot be written there" in err
     for _ in range(2):  # the default out_dir: a new folder each time
         rc, *_ = predict(capsys, f"ckpt_path={run_dir}", "text=hi", f"paths.log_dir={tmp_path}")
         assert rc == 0

@@ -154,6 +154,22 @@ def test_unreadable_record_and_out_dir(sweep, tmp_path):
     assert written["csv"].parent == tmp_path / "elsewhere"
 
 
+def test_a_record_that_is_not_an_object_and_an_out_that_is_a_file(sweep, tmp_path, capsys):
+    """A metrics.json holding a JSON list stopped the report with an AttributeError; --out a file
+    said only "[Errno 17] File exists"."""
+    (sweep / "6_scorer=dot,seed=2").mkdir()
+    (sweep / "6_scorer=dot,seed=2" / "metrics.json").write_text("[1, 2]")
+    written = report.write_report(sweep, tmp_path / "elsewhere")
+    rows = list(csv.DictReader(written["csv"].open()))
+    assert rows[-1]["status"] == "unreadable"
+    (tmp_path / "afile").write_text("x")
+    assert report.main([str(sweep), "--out", str(tmp_path / "afile")]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"error: --out {tmp_path / 'afile'}: {tmp_path / 'afile'} is a file, so the report" in err
+    )
+
+
 def test_a_report_never_replaces_the_report_of_other_runs(sweep, tmp_path, capsys):
     other = tmp_path / "other"
     write_run(other, "0_seed=0", metrics=bag_metrics(0.7), history=curve(0.7))

@@ -245,6 +245,24 @@ def test_sweep_dir_guard_refuses_a_dir_holding_a_sweep(tmp_path, capsys):
         assert f"({tmp_path / name / found} exists)" in err and "leave hydra.sweep.dir out" in err
 
 
+def test_sweep_dir_guard_refuses_bad_launcher_jobs_and_a_file_in_the_way(tmp_path, capsys):
+    """joblib stopped on n_jobs=0 with a traceback; Hydra on a file where the sweep dir goes."""
+    for n_jobs in (0, "abc"):
+        config = {"hydra": {"sweep": {"dir": str(tmp_path / "s")}, "launcher": {"n_jobs": n_jobs}}}
+        with pytest.raises(SystemExit) as exit_info:
+            SweepDirGuard().on_multirun_start(OmegaConf.create(config))
+        assert exit_info.value.code == 2
+        assert f"error: hydra.launcher.n_jobs={n_jobs} must be a whole number" in (
+            capsys.readouterr().err
+        )
+    (tmp_path / "afile").write_text("x")
+    config = {"hydra": {"sweep": {"dir": str(tmp_path / "afile" / "s")}}}
+    config["hydra"]["overrides"] = {"hydra": [f"hydra.sweep.dir={tmp_path}/afile/s"]}
+    with pytest.raises(SystemExit):
+        SweepDirGuard().on_multirun_start(OmegaConf.create(config))
+    assert f"{tmp_path / 'afile'} is a file, so no output dir" in capsys.readouterr().err
+
+
 def test_resume_is_refused_in_a_multirun(tmp_path, capsys):
     """Every job runs in a new dir of the sweep: resume= would silently train from scratch."""
     run = tmp_path / "run"

@@ -24,17 +24,24 @@ from torch.utils.data import DataLoader
 from attnexp.build import build, check_data_dir
 from attnexp.checkpoints import find_checkpoint, load_run
 from attnexp.errors import ConfigError
-from attnexp.evaluate import check_same_data, run_overrides
+from attnexp.evaluate import check_same_data, make_test_trainer, run_overrides
 from attnexp.runs import (
     RunRecord,
     check_not_running,
+    check_output_root,
     check_resume,
     override_arg,
     resolve_run_dir,
     writer_alive,
 )
 from attnexp.tasks.callbacks import EpochHistory
-from attnexp.train import check_settings, checkpoint_step, draw_seed, purge_setting
+from attnexp.train import (
+    check_settings,
+    checkpoint_step,
+    draw_seed,
+    purge_setting,
+    resume_step_of,
+)
 
 
 def read(path: Path) -> dict:
@@ -161,6 +168,30 @@ def test_evaluate_errors(tmp_path):
     result = run_cli(tmp_path, module="attnexp.evaluate")
     assert result.returncode == 2 and "error: ckpt_path is missing" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_evaluate_settings_are_checked_before_loading(finished_run, tmp_path):
+    """Lightning refused these with tracebacks, after the data was loaded (limit 0: no test)."""
+    run_cfg = OmegaConf.create({"trainer": {"precision": "32-true", "limit_test_batches": None}})
+
+    def evaluate_cfg(**trainer):
+        defaults = {"accelerator": "cpu", "devices": 1, "precision": None}
+        defaults |= {"limit_test_batches": None, "enable_progress_bar": False}
+        return OmegaConf.create({"trainer": defaults | trainer})
+
+    assert make_test_trainer(evaluate_cfg(), run_cfg, tmp_path).precision == "32-true"
+    for trainer, match in (
+        ({"devices": "abc"}, r"trainer.devices=abc.*`devices` selected with `CPUAccelerator`"),
+        ({"precision": 17}, r"trainer.precision=17.*: Precision 17 is invalid"),
+        ({"limit_test_batches": 0}, r"trainer.limit_test_batches=0 must be a number of batches"),
+        ({"limit_test_batches": "abc"}, r"trainer.limit_test_batches='abc' must be a number"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            make_test_trainer(evaluate_cfg(**trainer), run_cfg, tmp_path)
+    _, run_dir, _ = finished_run
+    result = run_cli(tmp_path, f"ckpt_path={run_dir}", "seed=abc", module="attnexp.evaluate")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "error: seed='abc' must be a whole number from 0 to 2**32 - 1" in result.stderr
 
 
 def test_evaluate_tests_on_the_runs_kind_of_data(tmp_path):
@@ -310,6 +341,40 @@ def test_resume_errors(tmp_path):
     assert resolve_run_dir("auto", str(runs_root), ["seed=1"]) != str(run_dir)  # not the same run
     with pytest.raises(ConfigError, match=r"lies inside the run .*: give the run dir, resume="):
         check_resume(str(run_dir / "checkpoints" / "last.ckpt"), longer)
+
+
+def test_a_broken_last_checkpoint_is_said_not_a_traceback(tmp_path):
+    (tmp_path / "last.ckpt").write_bytes(b"")  # torch: "mmap can only be used with files ..."
+    with pytest.raises(ConfigError, match=r"resume=run: .*last.ckpt is not a readable checkpoint"):
+        resume_step_of(tmp_path / "last.ckpt", "run")
+
+
+def test_an_output_folder_that_is_a_file_is_refused(tmp_path):
+    """Hydra made these dirs itself and stopped with FileExistsError / NotADirectoryError."""
+    (tmp_path / "afile").write_text("x")
+    afile = tmp_path / "afile"
+    given = OmegaConf.create(
+        {
+            "hydra": {
+                "overrides": {"hydra": [f"hydra.run.dir={afile}"]},
+                "run": {"dir": str(afile)},
+            },
+            "paths": {"log_dir": str(tmp_path)},
+        }
+    )
+    with pytest.raises(ConfigError, match=rf"hydra.run.dir={afile}: {afile} is a file"):
+        check_output_root(given, "hydra.run.dir")
+    default = OmegaConf.create(
+        {"hydra": {"overrides": {"hydra": []}}, "paths": {"log_dir": f"{afile}/outputs"}}
+    )
+    with pytest.raises(ConfigError, match=rf"paths.log_dir={afile}/outputs: {afile} is a file"):
+        check_output_root(default, "hydra.run.dir")
+    check_output_root(
+        OmegaConf.create({**default, "paths": {"log_dir": str(tmp_path / "new")}}), "x"
+    )
+    result = run_cli(tmp_path, *TINY, f"hydra.run.dir={afile}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"error: hydra.run.dir={afile}: {afile} is a file" in result.stderr
 
 
 def test_resume_commands_quote_sweep_job_dirs(tmp_path):
@@ -526,6 +591,8 @@ def test_unknown_options_and_keys(compose_cfg, overrides, error, match):
             r"bilinear, (\w+, )*dot, scaled_dot\)",
         ),
         (["model.scorer=null"], r"model=bag_attn needs an attention scorer"),
+        # was wrapped in Hydra's InstantiationException (the task was not built as the rest)
+        (["task.weight_decay=-1"], r"^task.weight_decay=-1 must be a number >= 0"),
     ],
 )
 def test_config_errors(compose_cfg, overrides, match):
@@ -563,6 +630,9 @@ def test_data_dir_that_does_not_exist(compose_cfg, tmp_path):
     ):
         train_in_process(cfg, tmp_path / "run")
     check_data_dir(str(tmp_path / "absent"), ["trainer.max_epochs=1"])  # the default dir: no error
+    (tmp_path / "afile").write_text("x")  # said "does not exist"
+    with pytest.raises(ConfigError, match=r"paths.data_dir=.*afile is a file, not a folder"):
+        check_data_dir(str(tmp_path / "afile"), [f"paths.data_dir={tmp_path}/afile"])
 
 
 class Worsening(pl.LightningModule):
@@ -614,6 +684,13 @@ def test_last_ckpt_is_the_latest_state_not_the_best(tmp_path):
         (["data.seed=-1"], r"data.seed=-1 must be a whole number from 0"),  # failed at epoch 1
         (["trainer.max_epochs=abc"], r"trainer.max_epochs='abc' must be a whole number of epochs"),
         (["optimizer.lr=-1"], r"optimizer.lr=-1 must be a positive number"),
+        # Lightning trains nothing on these, and the run tested its untrained model (rc 0)
+        (["trainer.max_epochs=0"], r"trainer.max_epochs=0 trains nothing"),
+        (["trainer.limit_train_batches=0"], r"trainer.limit_train_batches=0 trains nothing"),
+        # ZeroDivisionError inside Lightning's fit loop
+        (["trainer.val_check_interval=0"], r"trainer.val_check_interval=0 never validates"),
+        # RuntimeError from torch.Generator.manual_seed, after loading the data
+        (["model=transformer", "data.split_seed=abc"], r"data.split_seed='abc' must be a whole"),
         (
             ["experiment=nndl_imdb_mean", "trainer.limit_train_batches=5"],
             r"trainer.val_check_interval=10 validates every 10 training batches, but "

@@ -99,9 +99,11 @@ def instantiate_checked(node: DictConfig, **kwargs):
 def check_data_dir(data_dir: str, overrides: list[str]) -> None:
     """A data dir given on the command line must exist; the default one may be missing (the
     DataModules then fall back to the hub or the embedded sample, with a WARNING)."""
-    if given("paths.data_dir", overrides) and not Path(data_dir).expanduser().is_dir():
+    path = Path(data_dir).expanduser()
+    if given("paths.data_dir", overrides) and not path.is_dir():
+        what = "is a file, not a folder" if path.exists() else "does not exist"
         raise ConfigError(
-            f"paths.data_dir={data_dir} does not exist (give a folder holding "
+            f"paths.data_dir={data_dir} {what} (give a folder holding "
             f"{', '.join(f'{s}/' for s in data_subdirs())}, or drop paths.data_dir= to use the "
             f"default data/ or the embedded samples)"
         )
@@ -141,7 +143,7 @@ def build(
     datamodule.setup("fit")
     model = build_model(cfg.model, datamodule)
     datamodule.adapt_to(model)
-    task = instantiate(
+    task = instantiate_checked(
         cfg.task,
         model=model,
         num_classes=datamodule.num_classes,

@@ -170,6 +170,23 @@ def apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     return cfg
 
 
+def read_run_yaml(path: Path, load):
+    """A yaml file Hydra wrote into the run dir, loaded with `load`; a damaged one (edited by
+    hand, cut short) is said, not a yaml traceback."""
+    try:
+        data = load(path)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        problem = " ".join(str(err).split())
+    else:
+        if data is None or isinstance(data, dict | DictConfig):
+            return data
+        problem = f"it holds a {type(data).__name__}, not a mapping of settings"
+    raise ConfigError(
+        f"{path} cannot be read ({problem}): the run's saved config is damaged, so the run cannot "
+        f"be rebuilt (restore the file, or give ckpt_path=<another run>)"
+    )
+
+
 def load_run_config(
     run_dir: str | Path, overrides: list[str] = (), output_dir: str | Path | None = None
 ) -> DictConfig:
@@ -181,7 +198,7 @@ def load_run_config(
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG_FILE).is_file():
         raise ConfigError(f"{run_dir} is not a run dir: {CONFIG_FILE} is missing")
-    cfg = OmegaConf.load(run_dir / CONFIG_FILE)
+    cfg = read_run_yaml(run_dir / CONFIG_FILE, OmegaConf.load)
     OmegaConf.update(cfg, "paths.output_dir", str(output_dir or run_dir), force_add=True)
     cfg = apply_overrides(cfg, list(overrides))
     OmegaConf.set_struct(cfg, True)
@@ -193,7 +210,7 @@ def load_choices(run_dir: str | Path) -> dict[str, str | None]:
     path = Path(run_dir) / HYDRA_FILE
     if not path.is_file():
         return {}
-    hydra_cfg = yaml.safe_load(path.read_text()) or {}
+    hydra_cfg = read_run_yaml(path, lambda p: yaml.safe_load(p.read_text())) or {}
     choices = hydra_cfg.get("hydra", {}).get("runtime", {}).get("choices", {}) or {}
     return {k: v for k, v in choices.items() if not k.startswith("hydra")}
 
@@ -227,8 +244,10 @@ def load_weights(task: torch.nn.Module, ckpt: str | Path, state: dict | None = N
         task.load_state_dict(read_weights(ckpt) if state is None else state)
     except RuntimeError as err:
         lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        details = "; ".join(line if len(line) <= 300 else line[:297] + "..." for line in lines[1:3])
         raise ConfigError(
-            f"{ckpt} does not fit the model built from the run's config ({'; '.join(lines[1:3])}): "
-            f"an override changed the model's shape (a model.* size, data.max_seq_len or the "
-            f"vocabulary); drop it"
+            f"{ckpt} does not fit the model built from the run's config ({details}): the "
+            f"checkpoint is another model's (a .ckpt copied from another run: give ckpt_path=<the "
+            f"run dir it came from>), or an override changed the model's shape (a model.* size, "
+            f"data.max_seq_len or the vocabulary; drop it)"
         ) from err

@@ -15,6 +15,18 @@ def require_positive(key: str, value: int) -> None:
         raise ConfigError(f"{key}={value} must be a positive integer (set {key}=...)")
 
 
+def require_non_negative(key: str, value: int) -> None:
+    """Counts where 0 means none (worker processes, an optional test set)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{key}={value} must be a whole number >= 0 (set {key}=...)")
+
+
+def require_fraction(key: str, value: float) -> None:
+    """Shares strictly between 0 and 1 (a held-out split that leaves both sides something)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+        raise ConfigError(f"{key}={value} must be between 0 and 1 (exclusive) (set {key}=...)")
+
+
 def exit_with(err: ConfigError) -> NoReturn:
     """Entry points: end with the message (it says what to change) and exit status 2, without
     the traceback Hydra would print around it."""

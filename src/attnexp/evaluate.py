@@ -13,6 +13,7 @@ import hydra
 import pytorch_lightning as pl
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
+from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from attnexp.build import build, check_data_dir, given
 from attnexp.checkpoints import (
@@ -28,7 +29,7 @@ from attnexp.config import register_resolvers
 from attnexp.data.base import AttnDataModule
 from attnexp.errors import ConfigError, exit_with
 from attnexp.runs import RunRecord, natural_key, override_key
-from attnexp.train import device_name, scalar_metrics
+from attnexp.train import check_seed, device_name, scalar_metrics
 
 log = logging.getLogger(__name__)
 register_resolvers()
@@ -75,9 +76,12 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
     )
     record.start()
     try:
+        check_seed("seed", cfg.seed)
         seed = cfg.seed if cfg.seed is not None else run_cfg.get("seed")
         if seed is not None:
             pl.seed_everything(seed, workers=True)
+        # Built now: a trainer.* setting Lightning refuses is said before any data is loaded.
+        trainer = make_test_trainer(cfg, run_cfg, out_dir)
 
         def check_planned_data(datamodule: AttnDataModule) -> None:
             # "hub" may still fall back to the sample: that is checked once the data is loaded
@@ -94,18 +98,6 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
         if datamodule.source == "sample":
             record.warn("data: evaluated on the embedded sample, not the full dataset")
         load_weights(task, ckpt, weights)
-        trainer = pl.Trainer(
-            accelerator=cfg.trainer.accelerator,
-            devices=cfg.trainer.devices,
-            precision=cfg.trainer.precision or run_cfg.trainer.precision,
-            limit_test_batches=cfg.trainer.limit_test_batches
-            if cfg.trainer.limit_test_batches is not None
-            else run_cfg.trainer.get("limit_test_batches"),
-            enable_progress_bar=cfg.trainer.enable_progress_bar,
-            logger=False,
-            enable_checkpointing=False,
-            default_root_dir=str(out_dir),
-        )
         record.update(device=device_name(trainer))
         trainer.test(task, datamodule=datamodule)
         metrics = scalar_metrics(trainer.callback_metrics)
@@ -115,6 +107,38 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
     record.update(run_metrics=run_record.get("metrics", {}))
     record.complete(metrics)
     return record.data
+
+
+def make_test_trainer(cfg: DictConfig, run_cfg: DictConfig, out_dir: Path) -> pl.Trainer:
+    """The Trainer that tests, from evaluate's trainer.* (the run's where null); Lightning refuses
+    a bad one with a traceback, and takes limit_test_batches=0 as "test nothing"."""
+    settings = {
+        "accelerator": cfg.trainer.accelerator,
+        "devices": cfg.trainer.devices,
+        "precision": cfg.trainer.precision or run_cfg.trainer.precision,
+        "limit_test_batches": cfg.trainer.limit_test_batches
+        if cfg.trainer.limit_test_batches is not None
+        else run_cfg.trainer.get("limit_test_batches"),
+    }
+    limit = settings["limit_test_batches"]
+    if limit is not None and (type(limit) not in (int, float) or limit <= 0):
+        raise ConfigError(
+            f"trainer.limit_test_batches={limit!r} must be a number of batches >= 1 or a "
+            f"fraction in (0, 1] (0 tests nothing; set it so, or null for the run's own)"
+        )
+    try:
+        return pl.Trainer(
+            **settings,
+            enable_progress_bar=cfg.trainer.enable_progress_bar,
+            logger=False,
+            enable_checkpointing=False,
+            default_root_dir=str(out_dir),
+        )
+    except (TypeError, ValueError, MisconfigurationException) as err:
+        given = ", ".join(f"trainer.{key}={value}" for key, value in settings.items())
+        raise ConfigError(
+            f"evaluate: Lightning refuses these settings ({given}): {err} (set the one it names)"
+        ) from err
 
 
 def summary(data: dict, out_dir: Path) -> str:

@@ -25,3 +25,11 @@ def next_attempt(path: Path) -> tuple[int, Path]:
         if not kept.exists():
             return k, kept
     raise AssertionError("unreachable")
+
+
+def not_a_folder(path: Path) -> Path | None:
+    """What stops `path` from being used as a folder: `path` itself, or the nearest of its parents
+    that exists, when that is a file; None when `path` is a folder or can be made one."""
+    path = Path(path).expanduser()
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    return existing if existing is not None and not existing.is_dir() else None

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import torch
-from hydra.utils import get_class, instantiate
+from hydra.utils import get_class
 from omegaconf import DictConfig
 
 from attnexp.build import build_model, check_config, instantiate_checked
@@ -35,6 +35,7 @@ from attnexp.config import register_resolvers
 from attnexp.data.base import AttnDataModule
 from attnexp.data.text import read_lines
 from attnexp.errors import ConfigError, require_positive
+from attnexp.files import not_a_folder
 from attnexp.runs import new_run_name, run_holding
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,12 @@ def check_out_dir(out_dir: Path) -> None:
     """Predictions go to a folder of their own: never over an earlier prediction's files, never
     into a training run (its dir or a folder below it), where they would mix with the run's."""
     out_dir = out_dir.expanduser().resolve()
+    blocker = not_a_folder(out_dir)
+    if blocker is not None:
+        raise ConfigError(
+            f"out_dir={out_dir}: {blocker} is a file, so predictions cannot be written there "
+            f"(give a new folder, out_dir=..., or set paths.log_dir=<a folder> for the default one)"
+        )
     run_dir = run_holding(out_dir)
     if run_dir is not None:
         raise ConfigError(
@@ -117,7 +124,7 @@ def load_predictor(
     datamodule.load_artifacts(str(run_dir))
     datamodule.setup("predict")
     model = build_model(run_cfg.model, datamodule)
-    task = instantiate(
+    task = instantiate_checked(
         run_cfg.task,
         model=model,
         num_classes=datamodule.num_classes,

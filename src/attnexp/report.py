@@ -29,6 +29,7 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from attnexp.files import not_a_folder
 from attnexp.runs import METRICS_FILE, natural_key, writer_alive
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,10 @@ def load_run(path: Path, root: Path) -> Run:
     except (OSError, json.JSONDecodeError) as err:
         log.warning("cannot read %s: %s", path, err)
         return Run(path.parent, name, "unreadable", None, {}, {}, error=str(err))
+    if not isinstance(record, dict):  # valid JSON, but not a run record
+        error = f"holds a JSON {type(record).__name__}, not a run record (an object)"
+        log.warning("cannot read %s: %s", path, error)
+        return Run(path.parent, name, "unreadable", None, {}, {}, error=error)
     status = record.get("status", "unknown")
     if status == "running" and writer_alive(record) is False:  # it never got to write `failed`
         status = KILLED
@@ -396,6 +401,12 @@ def val_curves(
 def check_out_dir(root: Path, out_dir: Path) -> None:
     """A report is written again for the same folder of runs (it refreshes), never over the
     report of another folder."""
+    blocker = not_a_folder(out_dir)
+    if blocker is not None:
+        raise FileExistsError(
+            f"--out {out_dir}: {blocker} is a file, so the report cannot be written there: give a "
+            f"folder (--out ...), or leave --out out to write into {root}"
+        )
     earlier = out_dir / "report.md"
     if not earlier.is_file():
         return

@@ -20,11 +20,11 @@ from typing import Any
 
 import yaml
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 import attnexp
 from attnexp.errors import ConfigError, exit_with
-from attnexp.files import next_attempt, write_atomically
+from attnexp.files import next_attempt, not_a_folder, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +209,8 @@ class RunDirGuard(Callback):
             return
         resume = config.get(RESUME_KEY)
         try:
+            if resume in (*NO_RESUME, "auto"):  # a new run dir (resume=auto may start one)
+                check_output_root(config, "hydra.run.dir")
             if resume not in (*NO_RESUME, "auto"):
                 check_resume(str(resume), list(config.hydra.overrides.task))
             elif any(o.startswith("hydra.run.dir=") for o in config.hydra.overrides.hydra):
@@ -230,6 +232,21 @@ def resumed_dir(config: DictConfig) -> Path | None:
         runs_root = Path(config.paths.log_dir) / "runs"
         return find_resumable(runs_root, list(config.hydra.overrides.task))
     return Path(str(resume)).expanduser().resolve()
+
+
+def check_output_root(config: DictConfig, dir_key: str) -> None:
+    """The folder a new run or sweep goes into (`dir_key` given by hand, else paths.log_dir that
+    holds it) must be a folder or one that can be made: Hydra would stop with a traceback."""
+    hydra_overrides = OmegaConf.select(config, "hydra.overrides.hydra", default=None) or []
+    given = any(o.startswith(f"{dir_key}=") for o in hydra_overrides)
+    key = dir_key if given else "paths.log_dir"
+    path = OmegaConf.select(config, key, default=None)
+    blocker = not_a_folder(Path(str(path))) if path is not None else None
+    if blocker is not None:
+        raise ConfigError(
+            f"{key}={path}: {blocker} is a file, so no output dir can be made there (set "
+            f"{key}=<a folder>)"
+        )
 
 
 def check_new_dir(run_dir: Path, can_resume: bool) -> None:

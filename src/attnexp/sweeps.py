@@ -22,6 +22,7 @@ from attnexp.runs import (
     METRICS_FILE,
     NO_RESUME,
     RESUME_KEY,
+    check_output_root,
     holds_run,
     override_key,
     run_holding,
@@ -116,6 +117,11 @@ class SweepDirGuard(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         check_no_resume(config)
+        check_launcher(config)
+        try:
+            check_output_root(config, "hydra.sweep.dir")
+        except ConfigError as err:
+            exit_with(err)
         sweep_dir = Path(config.hydra.sweep.dir)
         held = run_holding(sweep_dir)
         if held is not None and held != sweep_dir.expanduser().resolve():
@@ -135,6 +141,19 @@ class SweepDirGuard(Callback):
                     f"leave hydra.sweep.dir out for a new timestamped dir)"
                 )
             )
+
+
+def check_launcher(config: DictConfig) -> None:
+    """hydra.launcher.n_jobs (hydra/launcher=parallel): joblib stops with a traceback on 0, and
+    on anything but a whole number, after the sweep dir is made."""
+    n_jobs = OmegaConf.select(config, "hydra.launcher.n_jobs", default=None)
+    if n_jobs is not None and (type(n_jobs) is not int or n_jobs == 0):
+        exit_with(
+            ConfigError(
+                f"hydra.launcher.n_jobs={n_jobs} must be a whole number of parallel jobs other "
+                f"than 0 (-1: one per core; set hydra.launcher.n_jobs=2, ...)"
+            )
+        )
 
 
 def check_no_resume(config: DictConfig) -> None:

@@ -6,6 +6,7 @@ tb/ (TensorBoard), train.log and metrics.json.
 
 import logging
 import os
+import pickle
 import random
 import signal
 import sys
@@ -89,6 +90,11 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     choices = dict(HydraConfig.get().runtime.choices)
     overrides = list(HydraConfig.get().overrides.task)
     check_strategy(cfg.trainer.get("strategy"), HydraConfig.get().mode == RunMode.MULTIRUN)
+    # resume=auto that found no earlier run starts afresh in a new dir, without a checkpoint.
+    resume_ckpt = run_dir / LAST_CKPT if cfg.get("resume") else None
+    if resume_ckpt is not None and not resume_ckpt.is_file():
+        resume_ckpt = None
+    resume_step = resume_step_of(resume_ckpt, cfg.resume) if resume_ckpt is not None else 0
     check_data_dir(cfg.paths.data_dir, overrides)
     datamodule, task = build(cfg, choices, overrides=overrides)
     record.update(
@@ -104,11 +110,6 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     callbacks = [instantiate_checked(c) for c in cfg.callbacks.values() if c is not None] + [
         EpochHistory(record)
     ]
-    # resume=auto that found no earlier run starts afresh in a new dir, without a checkpoint.
-    resume_ckpt = run_dir / LAST_CKPT if cfg.get("resume") else None
-    if resume_ckpt is not None and not resume_ckpt.is_file():
-        resume_ckpt = None
-    resume_step = checkpoint_step(resume_ckpt) if resume_ckpt is not None else 0
     loggers = [
         instantiate(c, **purge_setting(c, resume_step))
         for c in (cfg.get("logger") or {}).values()
@@ -141,7 +142,8 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         record.record_best(best)
     else:
         record.warn(
-            "no best checkpoint (checkpointing off, e.g. fast_dev_run): testing the final weights"
+            "no best checkpoint (checkpointing off, e.g. fast_dev_run, or no validation, e.g. "
+            "trainer.limit_val_batches=0): testing the final weights"
         )
     if cfg.get("test", True):
         # Lightning's table has a column per test set: for the bags' 14, the summary says more
@@ -163,16 +165,19 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
 def check_settings(cfg: DictConfig) -> None:
     """Settings that torch or Lightning would refuse with a traceback from deep inside fit()."""
     epochs = cfg.trainer.get("max_epochs")
-    for key in ("seed", "data.seed"):
-        seed = OmegaConf.select(cfg, key, default=None)
-        if seed is not None and (type(seed) is not int or not 0 <= seed < 2**32):
-            raise ConfigError(
-                f"{key}={seed!r} must be a whole number from 0 to 2**32 - 1 (set {key}=0, 1, ..."
-                f"{' or null' if key == 'seed' else ''})"
-            )
+    for key in ("seed", "data.seed", "data.split_seed"):
+        check_seed(key, OmegaConf.select(cfg, key, default=None))
     if epochs is not None and (type(epochs) is not int or epochs < -1):
         raise ConfigError(
             f"trainer.max_epochs={epochs!r} must be a whole number of epochs (-1: no limit)"
+        )
+    # Lightning takes these as "train nothing": the run would test its untrained weights.
+    if epochs == 0 or cfg.trainer.get("limit_train_batches") in (0, 0.0):
+        key = "max_epochs" if epochs == 0 else "limit_train_batches"
+        raise ConfigError(
+            f"trainer.{key}=0 trains nothing: the run would test its untrained model (set "
+            f"trainer.{key} >= 1; to test a trained checkpoint: python -m attnexp.evaluate "
+            f"ckpt_path=<run dir>)"
         )
     lr = cfg.get("optimizer", {}).get("lr")
     if lr is not None and (type(lr) not in (int, float) or lr <= 0):
@@ -186,11 +191,25 @@ def check_settings(cfg: DictConfig) -> None:
     check_val_interval(cfg.trainer)
 
 
+def check_seed(key: str, seed: object) -> None:
+    if seed is not None and (type(seed) is not int or not 0 <= seed < 2**32):
+        raise ConfigError(
+            f"{key}={seed!r} must be a whole number from 0 to 2**32 - 1 (set {key}=0, 1, ..."
+            f"{' or null' if key == 'seed' else ''})"
+        )
+
+
 def check_val_interval(trainer_cfg: DictConfig) -> None:
     """Lightning stops with a traceback when a step interval between validations is longer than
     the epoch that `limit_train_batches` leaves."""
     interval = trainer_cfg.get("val_check_interval")
     limit = trainer_cfg.get("limit_train_batches")
+    if (type(interval) is int and interval < 1) or (type(interval) is float and interval <= 0):
+        raise ConfigError(
+            f"trainer.val_check_interval={interval} never validates: give a number of training "
+            f"batches >= 1 or a fraction of an epoch in (0, 1] (set trainer.val_check_interval=1.0 "
+            f"to validate once per epoch)"
+        )
     if type(interval) is int and type(limit) is int and limit < interval:
         raise ConfigError(
             f"trainer.val_check_interval={interval} validates every {interval} training batches, "
@@ -216,6 +235,18 @@ def purge_setting(logger_cfg: DictConfig, resume_step: int) -> dict[str, int]:
 def checkpoint_step(path: str | Path) -> int:
     """The global step a Lightning checkpoint was saved at (memory-mapped: reads little)."""
     return int(torch.load(path, map_location="cpu", weights_only=False, mmap=True)["global_step"])
+
+
+def resume_step_of(ckpt: Path, resume: str) -> int:
+    """checkpoint_step of the last.ckpt a resumed run goes on from, which may be broken (a disk
+    that filled up, a copy cut short)."""
+    try:
+        return checkpoint_step(ckpt)
+    except (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as err:
+        raise ConfigError(
+            f"resume={resume}: {ckpt} is not a readable checkpoint ({type(err).__name__}), so the "
+            f"run cannot continue from it (drop resume= to start a new run)"
+        ) from err
 
 
 def validation_at(record: RunRecord, step: int) -> dict | None:

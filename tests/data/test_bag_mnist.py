@@ -82,6 +82,11 @@ def test_adapt_to_a_model_with_a_size_limit(data_dir):
         ),
         ({"val_fraction": 1.5}, "val_fraction=1.5 must be between 0 and 1"),
         ({"label_rule": "max"}, "label rule 'max' is not one of largest, parity"),
+        # wrong types used to stop with a bare TypeError / ValueError naming no setting
+        ({"val_fraction": "abc"}, r"data.val_fraction=abc must be between 0 and 1"),
+        ({"eval_bag_sizes": "abc"}, r"data.eval_bag_sizes=abc: every test bag size must be a"),
+        ({"eval_variable_max": "abc"}, r"data.eval_variable_max=abc must be a whole number >= 0"),
+        ({"num_workers": -1}, r"data.num_workers=-1 must be a whole number >= 0"),  # failed in fit
     ],
 )
 def test_invalid_settings(tmp_path, kwargs, match):

@@ -335,3 +335,24 @@ def test_a_tokenizer_with_other_special_ids_is_refused(tmp_path):
     )
     with pytest.raises(ConfigError, match=r"must map \[PAD\] to id 0 .* found \{'\[PAD\]': 2"):
         make_dm(tmp_path, tokenizer_path=str(path))
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        # after loading and splitting the data: TypeError from the tokenizer's size check
+        ({"vocab_size": "abc"}, r"data.vocab_size=abc must be a positive integer"),
+        ({"val_fraction": "abc"}, r"data.val_fraction=abc must be between 0 and 1"),
+        ({"num_workers": -1}, r"data.num_workers=-1 must be a whole number >= 0"),
+    ],
+)
+def test_wrong_types_and_counts_are_refused_before_loading(tmp_path, kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        make_dm(tmp_path, **kwargs)
+
+
+def test_a_cache_dir_that_is_a_file_is_refused(tmp_path):
+    """It ended in NotADirectoryError when the tokenizer was written, after loading the data."""
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ConfigError, match=r"data.cache_dir=.*afile/sub: .*afile is a file"):
+        make_dm(tmp_path, cache_dir=str(tmp_path / "afile" / "sub"))

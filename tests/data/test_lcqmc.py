@@ -272,3 +272,40 @@ def test_missing_or_broken_tokenizer_file(tmp_path):
     missing.write_text('{"version": "1.0", "trunc')
     with pytest.raises(ConfigError, match=r"not a valid tokenizer file .*data.tokenizer_file="):
         make_dm(tmp_path, tokenizer_file=str(missing)).setup("fit")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"max_seq_len": "abc"}, r"data.max_seq_len=abc must be a positive integer"),  # TypeError
+        ({"val_fraction": "abc"}, r"data.val_fraction=abc must be between 0 and 1"),
+        ({"num_workers": -1}, r"data.num_workers=-1 must be a whole number >= 0"),
+    ],
+)
+def test_wrong_types_and_counts_are_refused(tmp_path, kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        make_dm(tmp_path, **kwargs)
+
+
+def test_a_cache_dir_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ConfigError, match=r"data.cache_dir=.*afile: .*afile is a file"):
+        make_dm(tmp_path, cache_dir=str(tmp_path / "afile"))
+
+
+def test_a_broken_cached_encoding_is_encoded_again(tmp_path, caplog):
+    """A cut-short cache file stopped setup with torch's zip-archive RuntimeError."""
+    write_lcqmc(tmp_path / "data")
+    make_dm(tmp_path).setup()
+    for cached in (tmp_path / "cache").glob("*.pt"):
+        cached.write_bytes(cached.read_bytes()[:100])
+    with caplog.at_level("WARNING"):
+        dm = make_dm(tmp_path)
+        dm.setup()
+    assert "is broken" in caplog.text and len(dm.datasets["test"]) == 40
+    again = make_dm(tmp_path)  # the broken files were replaced by good ones
+    again.setup()
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(again.datasets["test"].ids, dm.datasets["test"].ids, strict=True)
+    )

@@ -53,6 +53,16 @@ def test_corrupt_file(tmp_path, content, match):
         load_mnist(tmp_path)
 
 
+def test_labels_that_are_not_digits(tmp_path):
+    """Labels 10, 11 used to pass the reader and stop training with `IndexError: Target 11`."""
+    folder = write_mnist(tmp_path, 20, 10)
+    (folder / FILES["train"][1]).write_bytes(gzip.compress(idx_bytes(np.arange(20) % 12)))
+    with pytest.raises(
+        ConfigError, match=r"train-labels-idx1-ubyte.gz: label 10 at index 10 is not"
+    ):
+        load_mnist(tmp_path)
+
+
 def test_image_label_count_mismatch(tmp_path):
     folder = write_mnist(tmp_path, 20, 10)
     (folder / FILES["train"][1]).write_bytes(gzip.compress(idx_bytes(np.zeros(19, np.uint8))))

@@ -108,6 +108,10 @@ def test_linear_init_reaches_every_linear_layer_and_no_other(build):
 def test_config_errors():
     with pytest.raises(ConfigError, match="model.heads"):
         LSTMSelfAttention(V, 2, heads=3, hidden_size=4)
+    # heads=-2 divides 8, and "abc" cannot be compared: these said "not divisible" / a TypeError
+    for heads in (-2, 0, "abc"):
+        with pytest.raises(ConfigError, match=rf"model.heads={heads} must be a positive integer"):
+            LSTMSelfAttention(V, 2, heads=heads, hidden_size=4)
     with pytest.raises(ConfigError, match="model.attention"):
         LSTMSelfAttention(V, 2, attention="cosine")
     with pytest.raises(ConfigError, match="scorer"):

@@ -52,6 +52,9 @@ def one_rank(rank: int, store: str, failures) -> None:
     except Exception as err:
         failures.put(f"rank {rank}: {type(err).__name__}: {err}")
     finally:
+        # Both ranks are done with the group before either tears it down: gloo aborts a rank
+        # ("terminate called without an active exception") whose peer left mid-collective.
+        dist.barrier()
         dist.destroy_process_group()
 
 

@@ -9,6 +9,7 @@ from torch.utils.data import DataLoader
 from attnexp.errors import ConfigError
 from attnexp.tasks import ClassificationTask
 from attnexp.tasks.metrics import ClassificationStats
+from attnexp.tasks.optim import linear_warmup_decay
 
 
 class Linear(nn.Module):
@@ -114,6 +115,22 @@ def test_weight_decay_has_one_setting():
         Linear(), 3, functools.partial(torch.optim.AdamW, lr=1e-3), weight_decay=0.05
     )
     assert [g["weight_decay"] for g in task.configure_optimizers().param_groups] == [0.05, 0.0]
+
+
+def test_optimizer_and_schedule_settings_are_checked():
+    # torch applies a negative decay from the parameter groups without a word
+    with pytest.raises(ConfigError, match=r"task.weight_decay=-1 must be a number >= 0"):
+        ClassificationTask(Linear(), 3, functools.partial(torch.optim.Adam), weight_decay=-1)
+    # torch's own check stopped fit() with a traceback naming no setting
+    sgd = functools.partial(torch.optim.SGD, lr=0.1, momentum=-1)
+    with pytest.raises(ConfigError, match=r"optimizer: SGD refuses .*Invalid momentum value: -1"):
+        ClassificationTask(Linear(), 3, sgd).configure_optimizers()
+    # any decay but "linear" silently decayed along a cosine
+    optimizer = torch.optim.SGD(Linear().parameters(), lr=0.1)
+    with pytest.raises(ConfigError, match=r"scheduler.decay 'exp' is not one of linear, cosine"):
+        linear_warmup_decay(optimizer, 10, decay="exp")
+    with pytest.raises(ConfigError, match=r"scheduler.warmup_ratio=1.5 must be a share"):
+        linear_warmup_decay(optimizer, 10, warmup_ratio=1.5)
 
 
 # ClassificationStats.update runs every training step: on CUDA it must not read values back to

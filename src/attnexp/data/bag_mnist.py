@@ -2,6 +2,7 @@
 
 import itertools
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -13,7 +14,7 @@ from attnexp.data.bags import BagPool, FixedBags, RandomBags, check_rule
 from attnexp.data.base import AttnDataModule
 from attnexp.data.mnist import load_mnist
 from attnexp.data.resumable import ResumableLoader
-from attnexp.errors import ConfigError, require_positive
+from attnexp.errors import ConfigError, require_fraction, require_non_negative, require_positive
 
 log = logging.getLogger(__name__)
 
@@ -75,24 +76,26 @@ class BagMNISTDataModule(AttnDataModule):
         for key, value in sizes.items():
             if value is not None:  # the bag counts: null means the default
                 require_positive(f"data.{key}", value)
-        if any(int(n) < 1 for n in eval_bag_sizes):
+        listed = isinstance(eval_bag_sizes, Sequence) and not isinstance(eval_bag_sizes, str)
+        if not listed or any(
+            isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in eval_bag_sizes
+        ):
+            shown = list(eval_bag_sizes) if listed else eval_bag_sizes
             raise ConfigError(
-                f"data.eval_bag_sizes={list(eval_bag_sizes)}: every test bag size must be >= 1 "
+                f"data.eval_bag_sizes={shown}: every test bag size must be a whole number >= 1 "
                 f"(set data.eval_bag_sizes=[...])"
             )
-        if eval_variable_max < 0:
+        if type(eval_variable_max) is not int or eval_variable_max < 0:
             raise ConfigError(
-                f"data.eval_variable_max={eval_variable_max} must be >= 0 (0: no variable-size "
-                f"test set; set data.eval_variable_max=...)"
+                f"data.eval_variable_max={eval_variable_max} must be a whole number >= 0 (0: no "
+                f"variable-size test set; set data.eval_variable_max=...)"
             )
+        require_non_negative("data.num_workers", num_workers)
         if variable and min_bag_size > bag_size:
             raise ConfigError(
                 f"data.min_bag_size={min_bag_size} is larger than data.bag_size={bag_size}"
             )
-        if not 0.0 < val_fraction < 1.0:
-            raise ConfigError(
-                f"data.val_fraction={val_fraction} must be between 0 and 1 (exclusive)"
-            )
+        require_fraction("data.val_fraction", val_fraction)
         check_rule(label_rule)
         self.data_dir, self.source_request = Path(data_dir), source
         self.bag_size, self.variable, self.min_bag_size = bag_size, variable, min_bag_size

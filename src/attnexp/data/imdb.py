@@ -46,7 +46,8 @@ from attnexp.data.text import (
     word_pre_tokenizer,
     write_tokenizer,
 )
-from attnexp.errors import ConfigError, require_positive
+from attnexp.errors import ConfigError, require_fraction, require_non_negative, require_positive
+from attnexp.files import not_a_folder
 
 log = logging.getLogger(__name__)
 
@@ -256,12 +257,12 @@ class IMDBDataModule(AttnDataModule):
             ("max_seq_len", max_seq_len),
             ("batch_size", batch_size),
             ("pool_batches", pool_batches),
+            ("vocab_size", vocab_size),
+            ("min_frequency", min_frequency),
         ):
             require_positive(f"data.{key}", value)
-        if not 0.0 < val_fraction < 1.0:
-            raise ConfigError(
-                f"data.val_fraction={val_fraction} must be between 0 and 1 (exclusive)"
-            )
+        require_fraction("data.val_fraction", val_fraction)
+        require_non_negative("data.num_workers", num_workers)
         for key, value, choices in (
             ("val_split", val_split, VAL_SPLITS),
             ("val_from", val_from, VAL_SOURCES),
@@ -284,6 +285,12 @@ class IMDBDataModule(AttnDataModule):
         self.truncation = truncation
         self.val_fraction, self.seed, self.num_workers = val_fraction, seed, num_workers
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+        blocker = not_a_folder(self.cache_dir)
+        if blocker is not None:
+            raise ConfigError(
+                f"data.cache_dir={self.cache_dir}: {blocker} is a file, so the token-id cache "
+                f"cannot go there (set data.cache_dir=<a folder>)"
+            )
         self.tokenizer = (
             check_word_ids(load_tokenizer(tokenizer_path), tokenizer_path, "data.tokenizer_path")
             if tokenizer_path

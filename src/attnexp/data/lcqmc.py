@@ -15,6 +15,7 @@ validate on the rest (split with the fixed `split_seed`), test on the official t
 import functools
 import hashlib
 import logging
+import pickle
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -28,8 +29,8 @@ from attnexp.data.chinese import PairTokenizer, check_pair_len
 from attnexp.data.resumable import ResumableLoader
 from attnexp.data.sources import resolve
 from attnexp.data.text import not_utf8, save_tokenizer
-from attnexp.errors import ConfigError, require_positive
-from attnexp.files import write_atomically
+from attnexp.errors import ConfigError, require_fraction, require_non_negative, require_positive
+from attnexp.files import not_a_folder, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -161,11 +162,10 @@ class LCQMCDataModule(AttnDataModule):
             raise ConfigError(
                 "data.source=sample: LCQMC has no embedded sample (research-only data); use auto, local or hub"
             )
-        if not 0.0 < val_fraction < 1.0:
-            raise ConfigError(
-                f"data.val_fraction={val_fraction} must be between 0 and 1 (exclusive)"
-            )
+        require_fraction("data.val_fraction", val_fraction)
+        require_non_negative("data.num_workers", num_workers)
         for key, value in (
+            ("max_seq_len", max_seq_len),
             ("batch_size", batch_size),
             ("eval_batch_size", eval_batch_size),
             ("min_frequency", min_frequency),
@@ -181,6 +181,12 @@ class LCQMCDataModule(AttnDataModule):
             tokenizer_file,
         )
         self.cache_dir = Path(cache_dir) if cache_dir else None
+        blocker = not_a_folder(self.cache_dir) if self.cache_dir is not None else None
+        if blocker is not None:
+            raise ConfigError(
+                f"data.cache_dir={cache_dir}: {blocker} is a file, so the encoded splits cannot "
+                f"be cached there (set data.cache_dir=<a folder>, or null for no cache)"
+            )
         self.seed, self.num_workers, self.epoch_order = seed, num_workers, epoch_order
         self.tokenizer: PairTokenizer | None = None
         self.datasets: dict[str, PairDataset] | None = None
@@ -271,11 +277,18 @@ class LCQMCDataModule(AttnDataModule):
                 key.update(part.encode("utf-8") + b"\0")
             cache = self.cache_dir / f"lcqmc_{name}_{key.hexdigest()[:16]}.pt"
             if cache.is_file():
-                stored = torch.load(cache)
-                log.info("lcqmc %s: encodings from cache %s", name, cache)
-                lengths = stored["lengths"].tolist()
-                ids, segments = stored["ids"].split(lengths), stored["segments"].split(lengths)
-                return PairDataset(list(ids), list(segments), torch.tensor(pairs[2]))
+                try:
+                    stored = torch.load(cache)
+                    lengths = stored["lengths"].tolist()
+                except (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as err:
+                    # a broken cache is a cache miss, as the IMDB token-id cache
+                    log.warning(
+                        "lcqmc %s: encoding again: the cache %s is broken (%s)", name, cache, err
+                    )
+                else:
+                    log.info("lcqmc %s: encodings from cache %s", name, cache)
+                    ids, segments = stored["ids"].split(lengths), stored["segments"].split(lengths)
+                    return PairDataset(list(ids), list(segments), torch.tensor(pairs[2]))
         ids, segments = self.tokenizer.encode_pairs(pairs[0], pairs[1], self.max_seq_len)
         ids = [torch.tensor(s, dtype=torch.long) for s in ids]
         segments = [torch.tensor(s, dtype=torch.long) for s in segments]

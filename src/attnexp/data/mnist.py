@@ -61,6 +61,12 @@ def load_local(folder: Path) -> dict[str, Split]:
             raise ConfigError(
                 f"MNIST {split}: {len(images)} images but {len(labels)} labels in {folder}"
             )
+        bad = np.flatnonzero(labels > 9)
+        if bad.size:
+            raise ConfigError(
+                f"{folder / labels_file}: label {int(labels[bad[0]])} at index {int(bad[0])} is "
+                f"not a digit 0-9 ({bad.size} such labels): not an MNIST labels file (re-download it)"
+            )
         splits[split] = (torch.from_numpy(images.copy()), torch.from_numpy(labels.astype(np.int64)))
     return splits
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from attnexp.errors import ConfigError
+from attnexp.errors import ConfigError, require_positive
 from attnexp.modules import (
     AttentionPooling,
     MultiHeadSelfAttention,
@@ -202,7 +202,8 @@ class LSTMSelfAttention(_TextClassifier):
             )
             self.head = nn.Linear(width, num_classes)
         if attention == "mhsa":
-            if heads < 1 or width % heads:
+            require_positive("model.heads", heads)
+            if width % heads:
                 raise ConfigError(
                     f"feature size {width} is not divisible by model.heads={heads} "
                     f"(set model.heads to a divisor of {width}, or change model.hidden_size)"

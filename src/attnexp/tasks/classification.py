@@ -50,6 +50,11 @@ class ClassificationTask(pl.LightningModule):
                 f"by the parameter groups, which take their decay from task.weight_decay (matrices "
                 f"only): set task.weight_decay={optimizer.keywords['weight_decay']} instead"
             )
+        if type(weight_decay) not in (int, float) or weight_decay < 0:
+            raise ConfigError(
+                f"task.weight_decay={weight_decay!r} must be a number >= 0 (torch would apply a "
+                f"negative one, pushing weights away from 0; set task.weight_decay=...)"
+            )
         self.model = model
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
@@ -122,7 +127,15 @@ class ClassificationTask(pl.LightningModule):
         self.log_dict(values, prog_bar=stage == "val", sync_dist=True, add_dataloader_idx=False)
 
     def configure_optimizers(self):
-        optimizer = self.optimizer_factory(param_groups(self.model, self.weight_decay))
+        groups = param_groups(self.model, self.weight_decay)
+        try:
+            optimizer = self.optimizer_factory(groups)
+        except (TypeError, ValueError) as err:  # torch's checks of its own arguments
+            target = getattr(self.optimizer_factory, "func", self.optimizer_factory)
+            raise ConfigError(
+                f"optimizer: {getattr(target, '__name__', target)} refuses its settings: {err} "
+                f"(set optimizer.<that setting>=...)"
+            ) from err
         if self.scheduler_factory is None:
             return optimizer
         scheduler = self.scheduler_factory(

@@ -7,6 +7,10 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
+from attnexp.errors import ConfigError
+
+DECAYS = ("linear", "cosine")
+
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Decay matrices only: biases, norms and other vectors (ndim < 2) get no weight decay.
@@ -32,6 +36,15 @@ def linear_warmup_decay(
     decay: str = "linear",
 ) -> LambdaLR:
     """Linear warmup over `warmup_ratio` of the steps, then linear or cosine decay to 0."""
+    if decay not in DECAYS:
+        raise ConfigError(
+            f"scheduler.decay '{decay}' is not one of {', '.join(DECAYS)} (set scheduler.decay=...)"
+        )
+    if type(warmup_ratio) not in (int, float) or not 0 <= warmup_ratio <= 1:
+        raise ConfigError(
+            f"scheduler.warmup_ratio={warmup_ratio!r} must be a share of the training steps from "
+            f"0 to 1 (set scheduler.warmup_ratio=0.1, ...)"
+        )
     warmup = max(1, int(num_training_steps * warmup_ratio))
 
     def factor(step: int) -> float:
