@@ -1,0 +1,29 @@
+import pytest
+import torch
+
+from attnexp.models.bag_maxpool import BagMaxPool, masked_max
+from attnexp.modules.masking import lengths_to_mask
+
+B, T, H, S, C = 3, 4, 8, 28, 10
+
+
+def test_masked_max_skips_padding_and_pools_an_empty_bag_to_zeros():
+    features = torch.randn(B, T, H)
+    features[:, -1] = 100.0  # padded slots hold the largest values
+    mask = lengths_to_mask(torch.tensor([3, 1, 0]), T)
+    pooled, winners = masked_max(features, mask)
+    assert torch.equal(pooled[0], features[0, :3].max(0).values)
+    assert torch.equal(pooled[1], features[1, 0]) and (winners[1] == 0).all()
+    assert (pooled[2] == 0).all()
+
+
+@pytest.mark.parametrize("backbone", ["mlp", "conv"])
+def test_shapes_shares_and_any_bag_size(backbone):
+    torch.manual_seed(0)
+    model = BagMaxPool(C, S, hidden_size=H, backbone=backbone).eval()
+    mask = lengths_to_mask(torch.tensor([4, 2, 1]), T)
+    items = torch.randn(B, T, 1, S, S) * mask[:, :, None, None, None]
+    logits, shares = model(items, mask, return_attention=True)
+    assert logits.shape == (B, C) and shares.shape == (B, T)
+    assert torch.allclose(shares.sum(-1), torch.ones(B)) and (shares[~mask] == 0).all()
+    assert model(torch.randn(2, 9, 1, S, S), torch.ones(2, 9, dtype=torch.bool)).shape == (2, C)
