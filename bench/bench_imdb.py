@@ -25,7 +25,7 @@ import benchkit  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from attnexp.data.imdb import IMDBDataModule, load_local, load_sample  # noqa: E402
+from attnexp.data.imdb import IMDBDataModule  # noqa: E402
 from attnexp.data.text import encode_texts, train_word_tokenizer  # noqa: E402
 from attnexp.models.lstm import LSTMAttention  # noqa: E402
 from attnexp.modules import DotScorer  # noqa: E402
@@ -110,8 +110,6 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     benchkit.setup(args)
 
-    raw = load_local(Path(args.data_dir) / "imdb") if args.data_dir else load_sample()
-    tokenization = tokenization_throughput(raw["train"]["text"])
     dm = IMDBDataModule(
         data_dir=args.data_dir or "/nonexistent",
         source="local" if args.data_dir else "sample",
@@ -119,6 +117,8 @@ def main() -> None:
         batch_size=args.batch_size,
         cache_dir=args.cache_dir,
     )
+    raw = dm.load_local(Path(args.data_dir) / "imdb") if args.data_dir else dm.load_sample()
+    tokenization = tokenization_throughput(raw["train"]["text"])
     dm.setup("fit")
     vocab_size = dm.model_kwargs["vocab_size"]
     timing = benchkit.paired_rounds(

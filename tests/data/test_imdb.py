@@ -6,13 +6,7 @@ import torch
 from imdb_data import write_imdb
 from lightning_fabric.utilities.data import _set_sampler_epoch
 
-from attnexp.data.imdb import (
-    IMDBDataModule,
-    held_out_sizes,
-    load_local,
-    load_sample,
-    stratified_split,
-)
+from attnexp.data.imdb import IMDBDataModule
 from attnexp.data.sources import sample_path
 from attnexp.errors import ConfigError
 
@@ -42,25 +36,6 @@ def test_local_parquet_splits_stratified(tmp_path):
     assert Counter(dm.splits["val"].labels) == {0: 6, 1: 6}
     assert max(len(ids) for ids in dm.splits["train"].ids) <= 20
     assert dm.model_kwargs["vocab_size"] == dm.tokenizer.get_vocab_size()
-
-
-def test_stratified_split_is_fixed_for_a_seed():
-    labels = [0] * 50 + [1] * 50
-    assert stratified_split(labels, 0.1, 3) == stratified_split(labels, 0.1, 3)
-    assert stratified_split(labels, 0.1, 3) != stratified_split(labels, 0.1, 4)
-
-
-def test_block_split_holds_out_runs_of_consecutive_reviews():
-    labels = [0] * 1000 + [1] * 1000  # sorted by label, like the local copies
-    keep, held = stratified_split(labels, 0.3, seed=0, block=100)
-    assert sorted(keep + held) == list(range(2000))
-    assert Counter(labels[i] for i in held) == {0: 300, 1: 300}
-    # Whole runs: 3 runs of 100 per label, each starting on a run boundary.
-    starts = [i for i in held if i - 1 not in held]
-    assert len(starts) <= 6 and all(i % 100 == 0 for i in starts)
-    assert stratified_split(labels, 0.3, 0, 100) != stratified_split(labels, 0.3, 1, 100)
-    # A fraction that is not a whole number of runs: the last run taken is cut.
-    assert len(stratified_split(labels, 0.25, 0, 100)[1]) == 500
 
 
 def test_val_split_blocks_and_bad_value(tmp_path):
@@ -105,7 +80,7 @@ def test_acl_folder_layout(tmp_path):
     dm.setup("fit")
     assert dm.source == "local" and len(dm.splits["test"]) == 10 and len(dm.splits["val"]) == 2
     # Reviews in id order (as in the parquet copies), not in name order (0, 10, 100, 11, 2).
-    texts = load_local(root.parent)["test"]["text"]
+    texts = dm.load_local(root.parent)["test"]["text"]
     assert [int(t.rsplit(" ", 1)[1]) for t in texts] == [0, 2, 10, 11, 100] * 2
 
 
@@ -117,10 +92,10 @@ def test_bad_local_folder(tmp_path):
 
 def test_embedded_sample_fallback(tmp_path, caplog):
     assert sample_path("imdb_sample.parquet").stat().st_size < 3_000_000
-    sample = load_sample()
+    dm = make_dm(tmp_path, source="sample")
+    sample = dm.load_sample()
     assert len(sample["train"]["text"]) == 1600 and len(sample["test"]["text"]) == 400
     assert Counter(sample["test"]["label"]) == {0: 200, 1: 200}
-    dm = make_dm(tmp_path, source="sample")
     with caplog.at_level(logging.WARNING):
         dm.setup("fit")
     assert dm.source == "sample" and "SAMPLE" in caplog.text
@@ -247,15 +222,6 @@ def test_each_epoch_gets_new_batches(tmp_path):
     epoch1 = list(loader.batch_sampler)
     assert epoch1 != epoch0
     assert sorted(i for b in epoch1 for i in b) == sorted(i for b in epoch0 for i in b)
-
-
-def test_held_out_sizes_add_up_to_the_fraction_of_the_total():
-    assert held_out_sizes([5, 5], 0.5) == [3, 2]  # 5 of 10: not 2 + 2 (half to even per label)
-    assert held_out_sizes([25, 25], 0.1) == [3, 2]
-    assert held_out_sizes([12500, 12500], 0.1) == [1250, 1250]  # the real data: exact shares
-    assert held_out_sizes([3, 4], 0.3) == [1, 1]
-    keep, held = stratified_split([0] * 5 + [1] * 5, 0.5, seed=0)
-    assert len(held) == 5 and sorted(keep + held) == list(range(10))
 
 
 def test_a_split_that_leaves_a_side_empty_is_refused(tmp_path):

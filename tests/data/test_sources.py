@@ -43,7 +43,7 @@ def test_planned_source_without_a_sample_or_hub(tmp_path, monkeypatch):
 def test_datamodules_plan_their_own_folder(tmp_path, monkeypatch, cls, subdir):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     datamodule = cls(data_dir=str(tmp_path))
-    assert datamodule.planned_source() == ("sample" if cls.has_sample else None)
+    assert datamodule.planned_source() == ("sample" if datamodule.has_sample else None)
     (tmp_path / subdir).mkdir()
     assert datamodule.planned_source() == "local"
     assert datamodule.source is None  # nothing was loaded

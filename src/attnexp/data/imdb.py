@@ -13,63 +13,23 @@ consecutive review ids ("blocks"): aclImdb numbers the reviews of a movie consec
 most validation movies out of training, as the official test set keeps all of its movies out.
 `val_from=test` carves the validation reviews out of the test set instead (with `val_fraction=0.5`,
 the split of a PyTorch port of the nndl chapter's code: train on all 25,000, validate on half of the
-test reviews, test on the other half). Token ids are cached (see `attnexp.data.text`).
+test reviews, test on the other half). Tokenizer, token-id cache, batches and figures: see
+`attnexp.data.text_classification`.
 """
 
 import logging
 from pathlib import Path
+from typing import Any
 
-import torch
-from datasets import Dataset
-from matplotlib.figure import Figure
-from torch.utils.data import DataLoader
-
-from attnexp.data.base import AttnDataModule
-from attnexp.data.batching import bucket_batch_sampler, check_epoch_order, pad_sequences
-from attnexp.data.resumable import ResumableLoader
-from attnexp.data.sources import resolve, sample_path
-from attnexp.data.text import (
-    PAD_ID,
-    TRUNCATIONS,
-    UNK_ID,
-    check_word_ids,
-    default_cache_dir,
-    encode_texts,
-    load_tokenizer,
-    not_utf8,
-    save_tokenizer,
-    texts_hash,
-    tokenize_dataset,
-    tokenizer_hash,
-    train_word_tokenizer,
-    truncate,
-    word_pre_tokenizer,
-    write_tokenizer,
-)
-from attnexp.errors import ConfigError, require_fraction, require_non_negative, require_positive
-from attnexp.files import not_a_folder
+from attnexp.data.text import not_utf8
+from attnexp.data.text_classification import SPLITS, Split, TextClassificationDataModule
+from attnexp.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-HUB_NAME = "stanfordnlp/imdb"
 VAL_SPLITS = ("random", "blocks")
 VAL_SOURCES = ("train", "test")
 VAL_BLOCK = 250  # reviews per held-out run (val_split=blocks); a movie has at most 30 reviews
-SAMPLE_FILE = "imdb_sample.parquet"
-LABELS = ("negative", "positive")
-# Fixed probe reviews whose attention is drawn every validation epoch (label 1 = positive).
-PROBES = (
-    ("this great science fiction film is really awesome", 1),
-    ("the plot was boring and the acting was terrible", 0),
-    ("i loved every minute of it , a wonderful cast", 1),
-    ("a waste of time . worst movie i have ever seen", 0),
-    ("not bad at all , i would watch it again", 1),
-    ("the story is dull , predictable and far too long", 0),
-    ("beautiful photography and a moving , brilliant score", 1),
-    ("i wanted to like it but it was just awful", 0),
-)
-
-Split = dict[str, list]  # {"text": [...], "label": [...]}
 
 
 def _review_id(path: Path) -> tuple[int, str]:
@@ -94,175 +54,37 @@ def _read_acl_folder(folder: Path) -> Split:
     return {"text": texts, "label": labels}
 
 
-def _read_parquet(path: Path) -> Split:
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path, columns=["text", "label"])
-    except Exception as err:  # pyarrow raises several types for missing columns / corrupt files
-        raise ConfigError(
-            f"IMDB: cannot read {path} as parquet with text, label columns ({err})"
-        ) from err
-    split = table.to_pydict()
-    if not split["text"]:
-        raise ConfigError(
-            f"IMDB: {path} holds no reviews: each split needs text, label rows (fix the file, or "
-            f"set paths.data_dir=... / data.source=sample)"
-        )
-    for row, (text, label) in enumerate(zip(split["text"], split["label"], strict=True)):
-        if type(label) is not int or label not in (0, 1):  # 1.0 or True: no class index
-            raise ConfigError(
-                f"IMDB: {path} row {row}: label must be 0 (negative) or 1 (positive) as an "
-                f"integer, found {label!r} (fix the file)"
-            )
-        if not isinstance(text, str):
-            raise ConfigError(f"IMDB: {path} row {row}: the text is {text!r}, not a string")
-    return split
-
-
-def load_local(folder: Path) -> dict[str, Split]:
-    if all((folder / f"{s}.parquet").is_file() for s in ("train", "test")):
-        return {s: _read_parquet(folder / f"{s}.parquet") for s in ("train", "test")}
-    for root in (folder / "aclImdb", folder):
-        if (root / "train" / "pos").is_dir() and (root / "test" / "pos").is_dir():
-            return {s: _read_acl_folder(root / s) for s in ("train", "test")}
-    raise ConfigError(
-        f"IMDB: {folder} holds neither train.parquet + test.parquet nor an aclImdb/ folder "
-        f"(put the files there, or set paths.data_dir=... / data.source=sample)"
-    )
-
-
-def load_hub() -> dict[str, Split]:
-    from datasets import load_dataset
-
-    ds = load_dataset(HUB_NAME)
-    return {s: {"text": ds[s]["text"], "label": ds[s]["label"]} for s in ("train", "test")}
-
-
-def load_sample() -> dict[str, Split]:
-    import pyarrow.parquet as pq
-
-    rows = pq.read_table(sample_path(SAMPLE_FILE)).to_pydict()
-    return {
-        s: {
-            k: [v for v, split in zip(rows[k], rows["split"], strict=True) if split == s]
-            for k in ("text", "label")
-        }
-        for s in ("train", "test")
-    }
-
-
-def held_out_sizes(counts: list[int], fraction: float) -> list[int]:
-    """How many of each label's `counts` to hold out: `fraction` of the total (rounded half up),
-    shared out by largest remainder, so the labels' shares add up to it."""
-    shares = [count * fraction for count in counts]
-    sizes = [int(share) for share in shares]
-    short = int(sum(counts) * fraction + 0.5) - sum(sizes)
-    by_remainder = sorted(range(len(counts)), key=lambda i: sizes[i] - shares[i])
-    for i in by_remainder[:short]:
-        sizes[i] += 1
-    return sizes
-
-
-def stratified_split(
-    labels: list[int], fraction: float, seed: int, block: int = 1
-) -> tuple[list[int], list[int]]:
-    """(keep, held_out) indices: `fraction` of each label held out, chosen at random for the seed.
-
-    block > 1 holds out whole runs of `block` consecutive reviews of a label (in data order; the
-    last run taken is cut to the exact count) instead of single reviews."""
-    generator = torch.Generator().manual_seed(seed)
-    labels_t = torch.as_tensor(labels)
-    keep, held = [], []
-    uniq = labels_t.unique()
-    sizes = held_out_sizes([int((labels_t == label).sum()) for label in uniq], fraction)
-    for label, n_held in zip(uniq, sizes, strict=True):
-        runs = torch.nonzero(labels_t == label).squeeze(1).split(block)
-        order = torch.randperm(len(runs), generator=generator).tolist()
-        idx = torch.cat([runs[i] for i in order])
-        held += idx[:n_held].tolist()
-        keep += idx[n_held:].tolist()
-    return sorted(keep), sorted(held)
-
-
-def _subset(split: Split, indices: list[int]) -> Split:
-    return {k: [split[k][i] for i in indices] for k in ("text", "label")}
-
-
-class TokenDataset(torch.utils.data.Dataset):
-    def __init__(self, ids: list[list[int]], labels: list[int]) -> None:
-        self.ids, self.labels = ids, labels
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __getitem__(self, i: int) -> tuple[list[int], int]:
-        return self.ids[i], self.labels[i]
-
-
-def collate_tokens(examples: list[tuple[list[int], int]]) -> dict[str, torch.Tensor]:
-    ids, mask = pad_sequences([e[0] for e in examples], PAD_ID)
-    return {"input_ids": ids, "mask": mask, "labels": torch.tensor([e[1] for e in examples])}
-
-
-class IMDBDataModule(AttnDataModule):
-    """Args:
-    data_dir: folder holding `imdb/`.
-    source: auto | local | hub | sample.
-    vocab_size / min_frequency: word-level tokenizer trained on the training split.
-    word_split: "punctuation" (words and punctuation marks are separate tokens), "whitespace"
-        (`text.split()`, as the nndl chapter does) or "words" (punctuation dropped).
-    max_seq_len / truncation: reviews are cut to max_seq_len tokens, the first ones ("head") or
-        the first and last halves ("head_tail").
-    batch_size: reviews per batch; batches are length-bucketed (`pool_batches` batches per pool).
-    epoch_order: "reshuffle" (new training batches each epoch) or "repeat" (epoch 0's batches
-        every epoch, as the runs recorded before this option did).
-    val_fraction: share of the training reviews held out (stratified) for validation.
+class IMDBDataModule(TextClassificationDataModule):
+    """Args (the others: see `TextClassificationDataModule`):
     val_split: "random" (single reviews) or "blocks" (runs of VAL_BLOCK consecutive reviews:
         mostly other movies than the training reviews'; needs the reviews in aclImdb id order, as
         the local parquet and aclImdb copies are).
     val_from: the split the validation reviews are carved from: "train" (default) or "test" (then
         all training reviews train, and the test metrics cover the rest of the test set only).
-    tokenizer_path: reuse a saved tokenizer (file or run dir) instead of training one.
-    cache_dir: token-id cache (null: $ATTNEXP_CACHE or ~/.cache/attnexp).
     """
 
-    input_kind = "tokens"
+    dataset_name = "IMDB"
     data_subdir = "imdb"
-    raw_fields = ("text",)
+    labels = ("negative", "positive")
+    noun = "reviews"
+    hub_name = "stanfordnlp/imdb"
+    sample_file = "imdb_sample.parquet"
+    # Fixed probe reviews whose attention is drawn every validation epoch (label 1 = positive).
+    probes = (
+        ("this great science fiction film is really awesome", 1),
+        ("the plot was boring and the acting was terrible", 0),
+        ("i loved every minute of it , a wonderful cast", 1),
+        ("a waste of time . worst movie i have ever seen", 0),
+        ("not bad at all , i would watch it again", 1),
+        ("the story is dull , predictable and far too long", 0),
+        ("beautiful photography and a moving , brilliant score", 1),
+        ("i wanted to like it but it was just awful", 0),
+    )
 
     def __init__(
-        self,
-        data_dir: str,
-        source: str = "auto",
-        vocab_size: int = 30000,
-        min_frequency: int = 2,
-        lowercase: bool = True,
-        word_split: str = "punctuation",
-        max_seq_len: int = 256,
-        truncation: str = "head",
-        batch_size: int = 128,
-        val_fraction: float = 0.1,
-        val_split: str = "random",
-        val_from: str = "train",
-        pool_batches: int = 50,
-        epoch_order: str = "reshuffle",
-        tokenizer_path: str | None = None,
-        cache_dir: str | None = None,
-        seed: int = 0,
-        num_workers: int = 0,
+        self, data_dir: str, *, val_split: str = "random", val_from: str = "train", **kwargs: Any
     ) -> None:
-        super().__init__()
-        for key, value in (
-            ("max_seq_len", max_seq_len),
-            ("batch_size", batch_size),
-            ("pool_batches", pool_batches),
-            ("vocab_size", vocab_size),
-            ("min_frequency", min_frequency),
-        ):
-            require_positive(f"data.{key}", value)
-        require_fraction("data.val_fraction", val_fraction)
-        require_non_negative("data.num_workers", num_workers)
+        super().__init__(data_dir, **kwargs)
         for key, value, choices in (
             ("val_split", val_split, VAL_SPLITS),
             ("val_from", val_from, VAL_SOURCES),
@@ -271,260 +93,28 @@ class IMDBDataModule(AttnDataModule):
                 raise ConfigError(
                     f"data.{key} '{value}' is not one of {', '.join(choices)} (set data.{key}=...)"
                 )
-        check_epoch_order(epoch_order)
-        self.val_split, self.val_from, self.epoch_order = val_split, val_from, epoch_order
-        self.data_dir, self.source_request = Path(data_dir), source
-        self.vocab_size, self.min_frequency, self.lowercase = vocab_size, min_frequency, lowercase
-        word_pre_tokenizer(word_split)  # fail on a bad value now, not after loading the data
-        self.word_split = word_split
-        if truncation not in TRUNCATIONS:
-            raise ConfigError(
-                f"data.truncation '{truncation}' is not one of {', '.join(TRUNCATIONS)} (set data.truncation=...)"
-            )
-        self.max_seq_len, self.batch_size, self.pool_batches = max_seq_len, batch_size, pool_batches
-        self.truncation = truncation
-        self.val_fraction, self.seed, self.num_workers = val_fraction, seed, num_workers
-        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-        blocker = not_a_folder(self.cache_dir)
-        if blocker is not None:
-            raise ConfigError(
-                f"data.cache_dir={self.cache_dir}: {blocker} is a file, so the token-id cache "
-                f"cannot go there (set data.cache_dir=<a folder>)"
-            )
-        self.tokenizer = (
-            check_word_ids(load_tokenizer(tokenizer_path), tokenizer_path, "data.tokenizer_path")
-            if tokenizer_path
-            else None
+        self.val_split, self.val_from = val_split, val_from
+
+    def load_local(self, folder: Path) -> dict[str, Split]:
+        if all((folder / f"{s}.parquet").is_file() for s in SPLITS):
+            return super().load_local(folder)
+        for root in (folder / "aclImdb", folder):
+            if (root / "train" / "pos").is_dir() and (root / "test" / "pos").is_dir():
+                return {s: _read_acl_folder(root / s) for s in SPLITS}
+        raise ConfigError(
+            f"IMDB: {folder} holds neither train.parquet + test.parquet nor an aclImdb/ folder "
+            f"(put the files there, or set paths.data_dir=... / data.source=sample)"
         )
-        self.splits: dict[str, TokenDataset] | None = None
 
-    # --- contract -------------------------------------------------------------------------------
-    @property
-    def model_kwargs(self) -> dict:
-        if self.tokenizer is None:
-            raise RuntimeError("IMDBDataModule: call setup() or load_artifacts() first")
-        return {
-            "num_classes": len(LABELS),
-            "vocab_size": self.tokenizer.get_vocab_size(),
-            "pad_id": PAD_ID,
-            "max_seq_len": self.max_seq_len,
-        }
-
-    def save_artifacts(self, run_dir: str) -> None:
-        save_tokenizer(self.tokenizer, run_dir)
-
-    def load_artifacts(self, run_dir: str) -> None:
-        self.tokenizer = load_tokenizer(run_dir)
-
-    # --- data -----------------------------------------------------------------------------------
-    def setup(self, stage: str | None = None) -> None:
-        if self.splits is not None or stage == "predict":
-            return
-        raw, self.source = resolve(
-            "IMDB",
-            self.source_request,
-            self.data_dir / self.data_subdir,
-            load_local,
-            load_hub,
-            load_sample,
-        )
+    def split_parts(self, raw: dict[str, Split]) -> dict[str, Split]:
         block = VAL_BLOCK if self.val_split == "blocks" else 1
-        carved = raw[self.val_from]
-        keep_idx, val_idx = stratified_split(carved["label"], self.val_fraction, self.seed, block)
-        if not keep_idx or not val_idx:
-            raise ConfigError(
-                f"data.val_fraction={self.val_fraction} of the {len(carved['label'])} "
-                f"{self.val_from} reviews leaves {len(val_idx)} for validation and "
-                f"{len(keep_idx)} for {self.val_from}: each needs one (set data.val_fraction=...)"
-            )
-        parts = {
-            "train": raw["train"],
-            "test": raw["test"],
-            self.val_from: _subset(carved, keep_idx),
-            "val": _subset(carved, val_idx),
-        }
+        parts = self.carve_validation(raw, self.val_from, block)
         if self.val_from == "test":
             log.warning(
                 "IMDB: data.val_from=test: validation takes %d of the %d test reviews; the test "
                 "metrics cover the other %d only",
-                len(val_idx),
-                len(carved["label"]),
-                len(keep_idx),
+                len(parts["val"]["label"]),
+                len(raw["test"]["label"]),
+                len(parts["test"]["label"]),
             )
-        if self.tokenizer is None:
-            self.tokenizer = self._train_tokenizer(parts["train"]["text"])
-        tok_hash = tokenizer_hash(self.tokenizer)
-        self.splits = {}
-        for name, part in parts.items():
-            key = texts_hash(part["text"], tok_hash, self.max_seq_len, self.truncation)
-            cache = self.cache_dir / "imdb" / f"{name}-{key}.arrow"
-            encoded = tokenize_dataset(
-                Dataset.from_dict(part),
-                self.tokenizer,
-                self.max_seq_len,
-                cache,
-                truncation=self.truncation,
-            )
-            self.splits[name] = TokenDataset(encoded["input_ids"], part["label"])
-        log.info(
-            "IMDB (%s): %d train / %d val / %d test reviews, vocab %d, max_seq_len %d",
-            self.source,
-            *(len(self.splits[s]) for s in ("train", "val", "test")),
-            self.tokenizer.get_vocab_size(),
-            self.max_seq_len,
-        )
-
-    def _train_tokenizer(self, texts: list[str]):
-        key = texts_hash(
-            texts, self.vocab_size, self.min_frequency, self.lowercase, self.word_split
-        )
-        cached = self.cache_dir / "imdb" / f"tokenizer-{key}.json"
-        if cached.is_file():
-            try:
-                tokenizer = load_tokenizer(cached)
-            except ConfigError as err:  # a broken cache is a cache miss
-                log.warning("training the tokenizer again: the cached one is broken (%s)", err)
-            else:
-                log.info("tokenizer from cache %s", cached)
-                return tokenizer
-        tokenizer = train_word_tokenizer(
-            texts, self.vocab_size, self.min_frequency, self.lowercase, self.word_split
-        )
-        write_tokenizer(tokenizer, cached)
-        return tokenizer
-
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        data = self.splits[split]
-        lengths = [max(1, len(x)) for x in data.ids]
-        sampler = bucket_batch_sampler(
-            lengths, self.batch_size, shuffle, self.seed, self.pool_batches,
-            epoch_order=self.epoch_order,
-        )  # fmt: skip
-        loader = ResumableLoader if shuffle else DataLoader  # training batches: resumable
-        return loader(
-            data,
-            batch_sampler=sampler,
-            collate_fn=collate_tokens,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
-
-    # --- raw text in, explained prediction out (predict, probes) --------------------------------
-    def tokens(self, ids: list[int]) -> list[str]:
-        return [self.tokenizer.id_to_token(i) for i in ids]
-
-    def check_raw(self, example: dict[str, str]) -> str | None:
-        text = example.get("text")
-        if text is None or not text.strip():
-            return "empty text: nothing to classify"
-        if not self.tokenizer.encode(text, add_special_tokens=False).ids:
-            return "no tokens left after normalisation: nothing to classify"
-        return None
-
-    def raw_notes(self, example: dict[str, str]) -> list[str]:
-        ids = self.tokenizer.encode(example["text"], add_special_tokens=False).ids
-        notes = []
-        if len(ids) > self.max_seq_len:
-            which = "first" if self.truncation == "head" else "first and last"
-            notes.append(
-                f"long text: only the {which} {self.max_seq_len} of {len(ids)} tokens are read "
-                f"(data.max_seq_len, data.truncation={self.truncation})"
-            )
-        ids = truncate(ids, self.max_seq_len, self.truncation)
-        unknown = sum(i == UNK_ID for i in ids)
-        if unknown == len(ids):
-            notes.append(
-                "every word is unknown to the vocabulary: the prediction reflects no word of the text"
-            )
-        elif unknown:
-            notes.append(f"{unknown} unknown word(s) read as [UNK]")
-        return notes
-
-    def encode_raw(self, examples: list[dict[str, str]]) -> dict[str, torch.Tensor]:
-        ids = encode_texts(
-            self.tokenizer, [e["text"] for e in examples], self.max_seq_len, self.truncation
-        )
-        input_ids, mask = pad_sequences(ids, PAD_ID)
-        return {"input_ids": input_ids, "mask": mask}
-
-    def prediction_label(self, class_index: int) -> str:
-        return LABELS[class_index]
-
-    def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor] | None:
-        if self.tokenizer is None:
-            return None
-        probes = PROBES[:num_examples]
-        batch = self.encode_raw([{"text": text} for text, _ in probes])
-        return {**batch, "labels": torch.tensor([label for _, label in probes])}
-
-    def _token_rows(
-        self, batch: dict, attention
-    ) -> tuple[list[list[str]], dict[str, torch.Tensor]]:
-        from attnexp.viz.text import token_weights
-
-        mask = batch["mask"].cpu()
-        rows = [
-            self.tokens(ids[m].tolist())
-            for ids, m in zip(batch["input_ids"].cpu(), mask, strict=True)
-        ]
-        return rows, token_weights(attention, mask)
-
-    def attention_figure(
-        self, batch: dict, logits: torch.Tensor, attention
-    ) -> dict[str, Figure] | None:
-        from attnexp.viz.text import token_heatmap
-
-        if attention is None:
-            return None
-        rows, weights = self._token_rows(batch, attention)
-        probs = logits.softmax(-1).cpu()
-        labels = [
-            f"y={LABELS[int(y)][:3]} p={LABELS[int(p)][:3]} {float(pr.max()):.2f}"
-            for y, p, pr in zip(batch["labels"].cpu(), probs.argmax(-1), probs, strict=True)
-        ]
-        return {
-            f"attention/{tag}": token_heatmap(rows, w, labels, title=tag)
-            for tag, w in weights.items()
-        }
-
-    def prediction_figures(
-        self, batch: dict, probs: torch.Tensor, attention, out_stems: list[Path]
-    ) -> list[Path]:
-        """Per example: a token heatmap PNG and a self-contained HTML, `<stem>.png` / `<stem>.html`."""
-        import matplotlib.pyplot as plt
-
-        from attnexp.viz.text import save_token_html, token_heatmap
-
-        if attention is None:
-            return []
-        rows, weights = self._token_rows(batch, attention)
-        written = []
-        for i, (tokens, stem) in enumerate(zip(rows, out_stems, strict=True)):
-            if stem is None:
-                continue
-            title = f"{LABELS[int(probs[i].argmax())]} ({float(probs[i].max()):.3f})"
-            per_view = {view: w[i, : len(tokens)] for view, w in weights.items()}
-            wrap = 16 if len(tokens) > 16 else None
-            rows_i = [tokens] * len(per_view)
-            stacked = (
-                torch.stack([w for w in per_view.values()])
-                if per_view
-                else torch.zeros(0, len(tokens))
-            )
-            fig = token_heatmap(rows_i, stacked, list(per_view), title=title, wrap=wrap)
-            fig.savefig(stem.with_suffix(".png"), dpi=110)
-            plt.close(fig)
-            written += [
-                stem.with_suffix(".png"),
-                save_token_html(tokens, per_view, title, stem.with_suffix(".html")),
-            ]
-        return written
+        return parts
