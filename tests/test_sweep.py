@@ -204,13 +204,16 @@ def test_failed_jobs_callback_counts_each_unfinished_record_once(tmp_path, monke
     from attnexp.sweeps import FailedJobs
 
     monkeypatch.chdir(tmp_path)
-    for name, status in (("0_a", "completed"), ("1_b", "failed"), ("2_c", "running")):
+    records = (("0_a", {"status": "completed"}), ("1_b", {"status": "failed"}))
+    records += (("2_c", {"status": "running"}), ("3_d", ["not", "a", "record"]))
+    for name, record in records:
         (tmp_path / "sweep" / name).mkdir(parents=True)
-        (tmp_path / "sweep" / name / "metrics.json").write_text(json.dumps({"status": status}))
+        (tmp_path / "sweep" / name / "metrics.json").write_text(json.dumps(record))
     # job 1 was already counted in-process (absolute path); the sweep dir is relative
     monkeypatch.setattr(train, "FAILED_JOBS", [str(tmp_path / "sweep" / "1_b")])
     FailedJobs().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": "sweep"}}}))
-    assert sorted(train.FAILED_JOBS) == [str(tmp_path / "sweep" / n) for n in ("1_b", "2_c")]
+    expected = [str(tmp_path / "sweep" / n) for n in ("1_b", "2_c", "3_d")]
+    assert sorted(train.FAILED_JOBS) == expected  # 3_d: valid JSON, not a record (was a crash)
 
 
 def test_sweep_dir_guard_refuses_a_dir_holding_a_sweep(tmp_path, capsys):

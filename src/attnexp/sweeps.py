@@ -90,7 +90,8 @@ class FailedJobs(Callback):
         known = {Path(p).resolve() for p in FAILED_JOBS}  # already counted by this process
         for path in sorted(sweep_dir.glob(f"*/{METRICS_FILE}")):
             try:
-                status = json.loads(path.read_text()).get("status")
+                record = json.loads(path.read_text())
+                status = record.get("status") if isinstance(record, dict) else "not a run record"
             except (OSError, json.JSONDecodeError) as err:
                 status = f"unreadable ({err})"
             if status != "completed" and path.parent.resolve() not in known:

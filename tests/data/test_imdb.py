@@ -322,3 +322,19 @@ def test_a_cache_dir_that_is_a_file_is_refused(tmp_path):
     (tmp_path / "afile").write_text("x")
     with pytest.raises(ConfigError, match=r"data.cache_dir=.*afile/sub: .*afile is a file"):
         make_dm(tmp_path, cache_dir=str(tmp_path / "afile" / "sub"))
+
+
+@pytest.mark.parametrize(
+    "texts,labels,match",
+    [
+        # each trained without a warning: accuracy 1.0 on one class, or a model of padding only
+        (["good", "fine"] * 10, [1, 1] * 10, r"all 18 training reviews have label 1 \(positive\)"),
+        (["", "  "] * 10, [1, 0] * 10, r"all 18 training reviews are empty or whitespace"),
+    ],
+)
+def test_a_training_split_that_teaches_nothing_is_refused(tmp_path, texts, labels, match):
+    folder = tmp_path / "data" / "imdb"
+    write_parquet(folder, "train", texts, labels)
+    write_parquet(folder, "test", ["fine", "awful"], [1, 0])
+    with pytest.raises(ConfigError, match=match + r".*check the .* of the local data in "):
+        make_dm(tmp_path).setup("fit")

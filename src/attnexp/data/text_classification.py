@@ -323,6 +323,7 @@ class TextClassificationDataModule(AttnDataModule):
             self.load_sample if self.has_sample else None,
         )
         parts = self.split_parts(raw)
+        self.check_training_split(parts["train"])
         if self.tokenizer is None:
             self.tokenizer = self._train_tokenizer(parts["train"]["text"])
         tok_hash = tokenizer_hash(self.tokenizer)
@@ -347,6 +348,26 @@ class TextClassificationDataModule(AttnDataModule):
             self.tokenizer.get_vocab_size(),
             self.max_seq_len,
         )
+
+    def check_training_split(self, train: Split) -> None:
+        """Data that would train without an error and teach nothing is refused: a training split
+        of one class, or of texts without a single word."""
+        where = f"the {self.source} data" + (
+            f" in {self.data_dir / self.data_subdir}" if self.source == "local" else ""
+        )
+        classes = sorted(set(train["label"]))
+        if len(classes) < 2:
+            named = ", ".join(f"{i} ({self.labels[i]})" for i in classes)
+            raise ConfigError(
+                f"{self.dataset_name}: all {len(train['label'])} training {self.noun} have label {named}: a "
+                f"classifier needs at least two classes to learn from (check the labels of "
+                f"{where})"
+            )
+        if not any(text.strip() for text in train["text"]):
+            raise ConfigError(
+                f"{self.dataset_name}: all {len(train['text'])} training {self.noun} are empty or "
+                f"whitespace: there is nothing to learn from (check the text column of {where})"
+            )
 
     def _train_tokenizer(self, texts: list[str]):
         key = texts_hash(
