@@ -98,6 +98,7 @@ def test_sweep_subdir_names_only_the_swept_overrides(tmp_path):
         ("bilinear", "BagAttention", "mlp", "context", "BilinearScorer"),
         ("additive", "BagAttention", "mlp", "context", "AdditiveScorer"),
         ("conv", "BagAttention", "conv", "context", "AdditiveScorer"),
+        ("maxpool", "BagMaxPool", "mlp", None, None),  # an extra row, outside the book's table
     ],
 )
 def test_bag_table_rows_compose(compose_cfg, variant, target, backbone, attention, scorer):
