@@ -170,6 +170,31 @@ def test_evaluate_errors(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+def test_evaluate_of_a_run_that_tested_nothing_says_what_to_set(tmp_path):
+    """The run's limit_test_batches=0 (taken for evaluate's null) was said as if given, with
+    "null for the run's own" as the fix: the value that caused it."""
+    run_cfg = OmegaConf.create({"trainer": {"precision": "32-true", "limit_test_batches": 0}})
+    cfg = OmegaConf.create(
+        {
+            "trainer": {
+                "accelerator": "cpu",
+                "devices": 1,
+                "precision": None,
+                "limit_test_batches": None,
+                "enable_progress_bar": False,
+            }
+        }
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"trainer.limit_test_batches=0 \(the run's own: it tested nothing\) must be .*"
+        r"set trainer.limit_test_batches=1.0",
+    ):
+        make_test_trainer(cfg, run_cfg, tmp_path)
+    cfg.trainer.limit_test_batches = 1.0
+    assert make_test_trainer(cfg, run_cfg, tmp_path).limit_test_batches == 1.0
+
+
 def test_evaluate_settings_are_checked_before_loading(finished_run, tmp_path):
     """Lightning refused these with tracebacks, after the data was loaded (limit 0: no test)."""
     run_cfg = OmegaConf.create({"trainer": {"precision": "32-true", "limit_test_batches": None}})

@@ -122,9 +122,12 @@ def make_test_trainer(cfg: DictConfig, run_cfg: DictConfig, out_dir: Path) -> pl
     }
     limit = settings["limit_test_batches"]
     if limit is not None and (type(limit) not in (int, float) or limit <= 0):
+        # null takes the run's own, so a run trained with 0 (no test) needs a value given here
+        given_here = cfg.trainer.limit_test_batches is not None
+        whose = "" if given_here else " (the run's own: it tested nothing)"
         raise ConfigError(
-            f"trainer.limit_test_batches={limit!r} must be a number of batches >= 1 or a "
-            f"fraction in (0, 1] (0 tests nothing; set it so, or null for the run's own)"
+            f"trainer.limit_test_batches={limit!r}{whose} must be a number of batches >= 1 or a "
+            f"fraction in (0, 1] (set trainer.limit_test_batches=1.0 to test every batch)"
         )
     try:
         return pl.Trainer(

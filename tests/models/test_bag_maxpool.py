@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from attnexp.models.bag_maxpool import BagMaxPool, masked_max
-from attnexp.modules.masking import lengths_to_mask
+from attnexp.models.bag_maxpool import BagMaxPool
+from attnexp.modules.masking import lengths_to_mask, masked_max
 
 B, T, H, S, C = 3, 4, 8, 28, 10
 

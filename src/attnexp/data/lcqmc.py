@@ -280,6 +280,7 @@ class LCQMCDataModule(AttnDataModule):
                 try:
                     stored = torch.load(cache)
                     lengths = stored["lengths"].tolist()
+                    ids, segments = stored["ids"].split(lengths), stored["segments"].split(lengths)
                 except (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as err:
                     # a broken cache is a cache miss, as the IMDB token-id cache
                     log.warning(
@@ -287,7 +288,6 @@ class LCQMCDataModule(AttnDataModule):
                     )
                 else:
                     log.info("lcqmc %s: encodings from cache %s", name, cache)
-                    ids, segments = stored["ids"].split(lengths), stored["segments"].split(lengths)
                     return PairDataset(list(ids), list(segments), torch.tensor(pairs[2]))
         ids, segments = self.tokenizer.encode_pairs(pairs[0], pairs[1], self.max_seq_len)
         ids = [torch.tensor(s, dtype=torch.long) for s in ids]

@@ -200,15 +200,12 @@ class TextClassificationDataModule(AttnDataModule):
         # The dataset's own module's logger: train.log names the dataset, not this base.
         return logging.getLogger(type(self).__module__)
 
+    def __init_subclass__(cls, **kwargs) -> None:
+        # The base's source flags, as plain class attributes (read on the class, as for LCQMC).
+        super().__init_subclass__(**kwargs)
+        cls.has_hub, cls.has_sample = cls.hub_name is not None, cls.sample_file is not None
+
     # --- sources: a subclass overrides what differs ---------------------------------------------
-    @property
-    def has_hub(self) -> bool:
-        return self.hub_name is not None
-
-    @property
-    def has_sample(self) -> bool:
-        return self.sample_file is not None
-
     def load_local(self, folder: Path) -> dict[str, Split]:
         """`<folder>/{train,test}.parquet`, columns `text` (a string) and `label` (an index)."""
         if not all((folder / f"{s}.parquet").is_file() for s in SPLITS):

@@ -1,9 +1,9 @@
 """Bag of digits -> per-item backbone -> max over the real items, feature by feature -> classifier.
 
 The no-attention pooling baseline between bag_mlp (no pooling: a fixed-size flattened bag) and
-bag_attn (learned weights): like bag_attn it takes bags of any size, but it learns no weights, so
-the two together tell what attention adds over plain set pooling (for `label_rule=largest` a max
-is already close to the rule).
+bag_attn (learned weights): like bag_attn it takes bags of any size, but it learns no attention
+weights, so the two together tell what attention adds over plain set pooling (for
+`label_rule=largest` a max is already close to the rule).
 
 Shapes: B bags, T items per bag (padded), C x S x S images, H hidden features.
 """
@@ -14,17 +14,7 @@ from torch import nn
 
 from attnexp.errors import require_positive
 from attnexp.models.bag import classifier_head, item_backbone
-
-
-def masked_max(features: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Max over the real items: (B, T, H), (B, T) -> pooled (B, H), winner index (B, H).
-
-    Padded items are filled with the dtype's smallest value (never chosen while a real item
-    exists); a bag with no real item pools to zeros, as `masked_mean` does.
-    """
-    filled = features.masked_fill(~mask[:, :, None], torch.finfo(features.dtype).min)
-    pooled, winners = filled.max(dim=1)  # (B, H), (B, H)
-    return pooled * mask.any(dim=1, keepdim=True), winners
+from attnexp.modules.masking import masked_max
 
 
 class BagMaxPool(nn.Module):

@@ -39,3 +39,14 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor
     weights = mask.to(values.dtype).unsqueeze(-1)  # (B, T, 1)
     count = weights.sum(dim=1).clamp(min=1.0)  # (B, 1)
     return (values * weights).sum(dim=1) / count
+
+
+def masked_max(features: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Max over the real items: (B, T, H), (B, T) -> pooled (B, H), winner index (B, H).
+
+    Padded items are filled with the dtype's smallest value (never chosen while a real item
+    exists); a bag with no real item pools to zeros, as `masked_mean` does.
+    """
+    filled = features.masked_fill(~mask[:, :, None], torch.finfo(features.dtype).min)
+    pooled, winners = filled.max(dim=1)  # (B, H), (B, H)
+    return pooled * mask.any(dim=1, keepdim=True), winners
