@@ -309,3 +309,12 @@ def test_a_broken_cached_encoding_is_encoded_again(tmp_path, caplog):
         torch.equal(a, b)
         for a, b in zip(again.datasets["test"].ids, dm.datasets["test"].ids, strict=True)
     )
+
+
+def test_a_training_split_of_one_class_is_refused(tmp_path):
+    folder = write_lcqmc(tmp_path / "data", {"dev": 40, "test": 10})
+    lines = (folder / "dev.tsv").read_text(encoding="utf-8").splitlines()
+    one_class = [line.rsplit("\t", 1)[0] + "\t1" for line in lines]  # trained silently before
+    (folder / "dev.tsv").write_text("\n".join(one_class) + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"all 36 training pairs have label \[1\]: a matcher"):
+        make_dm(tmp_path).setup()

@@ -309,6 +309,13 @@ class LCQMCDataModule(AttnDataModule):
         if self.datasets is not None:
             return
         self.texts = self._splits(self._load_raw())
+        classes = sorted(set(self.texts["train"][2]))
+        if len(classes) < 2:  # it would train without an error and learn one answer
+            raise ConfigError(
+                f"LCQMC: all {len(self.texts['train'][2])} training pairs have label {classes}: "
+                f"a matcher needs both classes, 0 and 1, to learn from (check the labels of the "
+                f"{self.source} data, data.train_split={self.train_split})"
+            )
         self.tokenizer = self._build_tokenizer(self.texts["train"])
         self.datasets = {name: self._encode(name, pairs) for name, pairs in self.texts.items()}
         counts = {name: len(d) for name, d in self.datasets.items()}
