@@ -27,6 +27,15 @@ def require_fraction(key: str, value: float) -> None:
         raise ConfigError(f"{key}={value} must be between 0 and 1 (exclusive) (set {key}=...)")
 
 
+def require_seed(key: str, seed: object) -> None:
+    """A seed torch and numpy both take (null: none given, where the key allows it)."""
+    if seed is not None and (type(seed) is not int or not 0 <= seed < 2**32):
+        raise ConfigError(
+            f"{key}={seed!r} must be a whole number from 0 to 2**32 - 1 (set {key}=0, 1, ..."
+            f"{' or null' if key == 'seed' else ''})"
+        )
+
+
 def exit_with(err: ConfigError) -> NoReturn:
     """Entry points: end with the message (it says what to change) and exit status 2, without
     the traceback Hydra would print around it."""

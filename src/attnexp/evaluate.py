@@ -27,9 +27,9 @@ from attnexp.checkpoints import (
 )
 from attnexp.config import register_resolvers
 from attnexp.data.base import AttnDataModule
-from attnexp.errors import ConfigError, exit_with
+from attnexp.errors import ConfigError, exit_with, require_seed
 from attnexp.runs import RunRecord, natural_key, override_key
-from attnexp.train import check_seed, device_name, scalar_metrics
+from attnexp.train import device_name, scalar_metrics
 
 log = logging.getLogger(__name__)
 register_resolvers()
@@ -76,7 +76,7 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
     )
     record.start()
     try:
-        check_seed("seed", cfg.seed)
+        require_seed("seed", cfg.seed)
         seed = cfg.seed if cfg.seed is not None else run_cfg.get("seed")
         if seed is not None:
             pl.seed_everything(seed, workers=True)

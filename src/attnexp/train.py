@@ -25,7 +25,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from attnexp.build import build, check_data_dir, instantiate_checked
 from attnexp.config import register_resolvers
-from attnexp.errors import ConfigError, exit_with
+from attnexp.errors import ConfigError, exit_with, require_seed
 from attnexp.runs import (
     LAST_CKPT,
     RunRecord,
@@ -166,7 +166,7 @@ def check_settings(cfg: DictConfig) -> None:
     """Settings that torch or Lightning would refuse with a traceback from deep inside fit()."""
     epochs = cfg.trainer.get("max_epochs")
     for key in ("seed", "data.seed", "data.split_seed"):
-        check_seed(key, OmegaConf.select(cfg, key, default=None))
+        require_seed(key, OmegaConf.select(cfg, key, default=None))
     if epochs is not None and (type(epochs) is not int or epochs < -1):
         raise ConfigError(
             f"trainer.max_epochs={epochs!r} must be a whole number of epochs (-1: no limit)"
@@ -189,14 +189,6 @@ def check_settings(cfg: DictConfig) -> None:
             f"trainer=cpu, or trainer=default, which takes what there is)"
         )
     check_val_interval(cfg.trainer)
-
-
-def check_seed(key: str, seed: object) -> None:
-    if seed is not None and (type(seed) is not int or not 0 <= seed < 2**32):
-        raise ConfigError(
-            f"{key}={seed!r} must be a whole number from 0 to 2**32 - 1 (set {key}=0, 1, ..."
-            f"{' or null' if key == 'seed' else ''})"
-        )
 
 
 def check_val_interval(trainer_cfg: DictConfig) -> None:
