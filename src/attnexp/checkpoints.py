@@ -11,7 +11,6 @@ group options were chosen) and `checkpoints/*.ckpt`.
 
 import json
 import logging
-import pickle
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 from attnexp.errors import ConfigError
+from attnexp.files import TORCH_LOAD_ERRORS
 from attnexp.runs import LAST_CKPT, METRICS_FILE, RUN_CONFIG, override_key, run_holding
 
 log = logging.getLogger(__name__)
@@ -229,7 +229,7 @@ def read_weights(ckpt: str | Path) -> dict:
     """A Lightning checkpoint's state dict, read without running any of its code."""
     try:
         return torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
-    except (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as err:
+    except TORCH_LOAD_ERRORS as err:
         # torch's own message runs to several lines (and advises weights_only=False): not here
         raise ConfigError(
             f"{ckpt} is not a Lightning checkpoint (.ckpt) file ({type(err).__name__}): give "

@@ -2,8 +2,12 @@
 
 import itertools
 import os
+import pickle
 from collections.abc import Callable
 from pathlib import Path
+
+# What torch.load raises for a file that is missing, cut short, or not a torch file.
+TORCH_LOAD_ERRORS = (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError)
 
 
 def write_atomically(path: Path, write: Callable[[Path], object]) -> Path:

@@ -6,7 +6,6 @@ tb/ (TensorBoard), train.log and metrics.json.
 
 import logging
 import os
-import pickle
 import random
 import signal
 import sys
@@ -26,6 +25,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from attnexp.build import build, check_data_dir, instantiate_checked
 from attnexp.config import register_resolvers
 from attnexp.errors import ConfigError, exit_with, require_seed
+from attnexp.files import TORCH_LOAD_ERRORS
 from attnexp.runs import (
     LAST_CKPT,
     RunRecord,
@@ -234,7 +234,7 @@ def resume_step_of(ckpt: Path, resume: str) -> int:
     that filled up, a copy cut short)."""
     try:
         return checkpoint_step(ckpt)
-    except (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as err:
+    except TORCH_LOAD_ERRORS as err:
         raise ConfigError(
             f"resume={resume}: {ckpt} is not a readable checkpoint ({type(err).__name__}), so the "
             f"run cannot continue from it (drop resume= to start a new run)"

@@ -15,7 +15,6 @@ validate on the rest (split with the fixed `split_seed`), test on the official t
 import functools
 import hashlib
 import logging
-import pickle
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -30,7 +29,7 @@ from attnexp.data.resumable import ResumableLoader
 from attnexp.data.sources import resolve
 from attnexp.data.text import not_utf8, save_tokenizer
 from attnexp.errors import ConfigError, require_fraction, require_non_negative, require_positive
-from attnexp.files import not_a_folder, write_atomically
+from attnexp.files import TORCH_LOAD_ERRORS, not_a_folder, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -281,7 +280,7 @@ class LCQMCDataModule(AttnDataModule):
                     stored = torch.load(cache)
                     lengths = stored["lengths"].tolist()
                     ids, segments = stored["ids"].split(lengths), stored["segments"].split(lengths)
-                except (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as err:
+                except TORCH_LOAD_ERRORS as err:
                     # a broken cache is a cache miss, as the IMDB token-id cache
                     log.warning(
                         "lcqmc %s: encoding again: the cache %s is broken (%s)", name, cache, err
