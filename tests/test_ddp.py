@@ -6,7 +6,9 @@ from collections import Counter
 from types import SimpleNamespace
 
 import pytest
+import pytorch_lightning as pl
 import torch
+import torch.distributed as dist
 from cli_helpers import TINY, run_cli
 from imdb_data import write_imdb
 from lcqmc_data import write_lcqmc
@@ -22,6 +24,7 @@ from attnexp.data.batching import BucketBatchSampler
 from attnexp.data.imdb import IMDBDataModule
 from attnexp.data.lcqmc import LCQMCDataModule
 from attnexp.runs import RunDirGuard
+from attnexp.tasks.callbacks import EndSpawnedProcessGroup
 
 
 def rank_loaders(make_loader, stage: RunningStage, shuffle: bool, world: int = 2, datamodule=None):
@@ -143,6 +146,20 @@ def test_text_loaders_bucket_each_ranks_shard(tmp_path, name, stage):
     assert set(counts) == set(range(n)) and sum(counts.values()) == n + padding
     assert len(ranks[0]) == len(ranks[1]) == (n + padding) // 2
     assert len(set(ranks[0]) & set(ranks[1])) <= padding
+
+
+@pytest.mark.parametrize("strategy", ["ddp_spawn", "ddp"])
+def test_spawned_ranks_end_their_process_group(tmp_path, strategy):
+    """A spawned rank exits after its stage, so it ends its group (with its peers, at a barrier);
+    a rank launched by a script keeps it for the next stage."""
+    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=strategy, logger=False)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        EndSpawnedProcessGroup().teardown(trainer, None, "fit")
+        assert dist.is_initialized() == (strategy == "ddp")
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 # Two CPU processes over gloo, one small eval set: seconds per job.

@@ -35,7 +35,7 @@ from attnexp.runs import (
     override_arg,
 )
 from attnexp.sweeps import check_strategy
-from attnexp.tasks.callbacks import EpochHistory, best_checkpoint_callback
+from attnexp.tasks.callbacks import EndSpawnedProcessGroup, EpochHistory, best_checkpoint_callback
 from attnexp.tasks.loggers import RESUMABLE, start_logs
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,8 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     datamodule.save_artifacts(str(run_dir))
 
     callbacks = [instantiate_checked(c) for c in cfg.callbacks.values() if c is not None] + [
-        EpochHistory(record)
+        EpochHistory(record),
+        EndSpawnedProcessGroup(),  # last: the other callbacks' teardown may still use the group
     ]
     loggers = [
         instantiate(c, **purge_setting(c, resume_step))

@@ -1,4 +1,5 @@
-"""Lightning callbacks: attention figures to TensorBoard and a per-epoch history in metrics.json."""
+"""Lightning callbacks: attention figures to TensorBoard, a per-epoch history in metrics.json, and
+a clean end of the process group of spawned ranks."""
 
 import logging
 from contextlib import AbstractContextManager, nullcontext
@@ -9,6 +10,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import TensorBoardLogger
+from pytorch_lightning.strategies.launchers import _MultiProcessingLauncher
 
 from attnexp.errors import require_positive
 
@@ -143,3 +145,23 @@ class EpochHistory(pl.Callback):
             row = {k: v for k, v in row.items() if not k.startswith("val/")}
         history = [h for h in self.record.data["history"] if h["epoch"] != row["epoch"]]
         self.record.update(history=[*history, row])
+
+
+class EndSpawnedProcessGroup(pl.Callback):
+    """Under ddp_spawn (trainer=ddp_cpu, trainer=ddp) every stage runs in new rank processes that
+    exit when it ends, and Lightning leaves their gloo process group standing (it destroys only
+    NCCL groups, at exit). A rank that exits with its gloo group alive can abort during interpreter
+    shutdown ("terminate called without an active exception": gloo's worker threads are torn down
+    unjoined; pytorch/pytorch#65513, #190489), and the aborted rank fails the whole job. CI saw it
+    in tests/test_ddp.py's sweep. So the ranks end the group, last thing in the stage: all wait at
+    a barrier (no rank leaves while a peer is still in a collective), then each destroys it.
+
+    Ranks launched by a script (trainer.strategy=ddp, fsdp) keep their group for the next stage,
+    and a single process has none: both are left alone.
+    """
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        spawned = isinstance(trainer.strategy.launcher, _MultiProcessingLauncher)
+        if spawned and torch.distributed.is_available() and torch.distributed.is_initialized():
+            trainer.strategy.barrier("end_process_group")  # with device_ids under NCCL
+            torch.distributed.destroy_process_group()
