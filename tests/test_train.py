@@ -134,6 +134,7 @@ def test_evaluate_writes_its_own_dir_with_the_same_metrics(finished_run):
     (eval_dir,) = (tmp / "outputs" / "evals").iterdir()
     record, run_record = read(eval_dir / "metrics.json"), read(run_dir / "metrics.json")
     assert record["status"] == "completed" and record["run_dir"] == str(run_dir)
+    assert record["data_dir"] == run_record["data_dir"]  # report labels its data by it
     for key, value in run_record["metrics"].items():
         if key.startswith("test/acc"):
             assert record["metrics"][key] == pytest.approx(value, abs=1e-6), key

@@ -93,7 +93,13 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
             datamodule, task = build(
                 run_cfg, choices, artifacts_dir=str(run_dir), before_setup=check_planned_data
             )
-        record.update(data_source=datamodule.source, choices=choices)
+        record.update(
+            data_source=datamodule.source,
+            data_dir=str(
+                Path(run_cfg.paths.data_dir).expanduser().resolve()
+            ),  # as train records it
+            choices=choices,
+        )
         check_same_data(datamodule.source, run_record, run_cfg, overrides)
         if datamodule.source == "sample":
             record.warn("data: evaluated on the embedded sample, not the full dataset")
