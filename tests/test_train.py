@@ -142,6 +142,18 @@ def test_evaluate_writes_its_own_dir_with_the_same_metrics(finished_run):
     assert "test/acc_variable" in result.stdout
 
 
+def test_evaluate_into_the_run_dir_is_refused_and_writes_nothing_there(finished_run):
+    tmp, run_dir, _ = finished_run
+    before = snapshot(run_dir)
+    result = run_cli(
+        tmp, f"ckpt_path={run_dir}", f"hydra.run.dir={run_dir}", module="attnexp.evaluate"
+    )
+    assert result.returncode == 2 and "already holds a run" in result.stderr
+    after = snapshot(run_dir)
+    assert {k: v for k, v in after.items() if k in before} == before  # the run's files as they were
+    assert "metrics.json" in before
+
+
 def test_evaluate_sweeps_never_write_over_earlier_evaluations(finished_run, tmp_path):
     """evaluate -m gets a new dir each time; a hydra.sweep.dir= holding an earlier one is refused
     (its jobs would write their configs over the earlier jobs' and take their records as resumed)."""
@@ -169,6 +181,13 @@ def test_evaluate_errors(tmp_path):
     result = run_cli(tmp_path, module="attnexp.evaluate")
     assert result.returncode == 2 and "error: ckpt_path is missing" in result.stderr
     assert "Traceback" not in result.stderr
+    result = run_cli(tmp_path, f"ckpt_path={tmp_path}/nowhere.ckpt", module="attnexp.evaluate")
+    assert result.returncode == 2 and "does not exist" in result.stderr
+    # both were refused before their records were started: each dir Hydra made still gets one
+    records = [read(p) for p in (tmp_path / "outputs" / "evals").glob("*/metrics.json")]
+    assert [(r["status"], r["kind"]) for r in records] == [("failed", "evaluate")] * 2
+    missing, nowhere = sorted(r["error"] for r in records)
+    assert "ckpt_path is missing" in missing and "nowhere.ckpt does not exist" in nowhere
 
 
 def test_evaluate_of_a_run_that_tested_nothing_says_what_to_set(tmp_path):

@@ -178,13 +178,26 @@ def check_command_line(argv: list[str]) -> None:
             exit_with(err)
 
 
+def record_refusal(out_dir: Path, cli_overrides: list[str], err: ConfigError) -> None:
+    """A refusal before the evaluation's record exists (no checkpoint, no data dir) still leaves a
+    failed metrics.json in the dir Hydra made for it, as a refused training run does. A dir that
+    already holds one is never written: the evaluation's own failed record, the run dir itself."""
+    if (out_dir / "metrics.json").exists():
+        return
+    record = RunRecord(out_dir, seed=None, overrides=cli_overrides, extra={"kind": "evaluate"})
+    record.start()
+    record.fail(err)
+
+
 @hydra.main(version_base="1.3", config_path="pkg://attnexp.conf", config_name="evaluate")
 def main(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
     out_dir = Path(hydra_cfg.runtime.output_dir)
+    cli_overrides = list(hydra_cfg.overrides.task)
     try:
-        data = evaluate(cfg, out_dir, list(hydra_cfg.overrides.task))
+        data = evaluate(cfg, out_dir, cli_overrides)
     except ConfigError as err:
+        record_refusal(out_dir, cli_overrides, err)
         exit_with(err)
     print(summary(data, out_dir))
 
