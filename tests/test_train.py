@@ -142,18 +142,6 @@ def test_evaluate_writes_its_own_dir_with_the_same_metrics(finished_run):
     assert "test/acc_variable" in result.stdout
 
 
-def test_evaluate_into_the_run_dir_is_refused_and_writes_nothing_there(finished_run):
-    tmp, run_dir, _ = finished_run
-    before = snapshot(run_dir)
-    result = run_cli(
-        tmp, f"ckpt_path={run_dir}", f"hydra.run.dir={run_dir}", module="attnexp.evaluate"
-    )
-    assert result.returncode == 2 and "already holds a run" in result.stderr
-    after = snapshot(run_dir)
-    assert {k: v for k, v in after.items() if k in before} == before  # the run's files as they were
-    assert "metrics.json" in before
-
-
 def test_evaluate_sweeps_never_write_over_earlier_evaluations(finished_run, tmp_path):
     """evaluate -m gets a new dir each time; a hydra.sweep.dir= holding an earlier one is refused
     (its jobs would write their configs over the earlier jobs' and take their records as resumed)."""
@@ -498,6 +486,12 @@ def test_a_finished_run_is_never_overwritten(finished_run):
     )
     assert evaluation.returncode == 2 and "lies inside the run" in evaluation.stderr
     assert "resume=" not in evaluation.stderr  # evaluate has no resume
+    runs_root = run_dir.parent  # holds the run: a record there would put the run inside another
+    for module in ("attnexp", "attnexp.evaluate"):
+        args = other if module == "attnexp" else [f"ckpt_path={run_dir}"]
+        parent = run_cli(tmp, *args, f"hydra.run.dir={runs_root}", module=module)
+        assert parent.returncode == 2 and "holds other runs" in parent.stderr, module
+    assert not (runs_root / "metrics.json").exists() and not (runs_root / ".hydra").exists()
     assert snapshot(run_dir) == before
 
 

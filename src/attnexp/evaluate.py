@@ -185,8 +185,11 @@ def record_refusal(out_dir: Path, cli_overrides: list[str], err: ConfigError) ->
     if (out_dir / "metrics.json").exists():
         return
     record = RunRecord(out_dir, seed=None, overrides=cli_overrides, extra={"kind": "evaluate"})
-    record.start()
-    record.fail(err)
+    try:
+        record.start()
+        record.fail(err)
+    except OSError as write_err:  # the refusal is what the user needs to read, not this
+        log.warning("could not write the failed record into %s: %s", out_dir, write_err)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://attnexp.conf", config_name="evaluate")

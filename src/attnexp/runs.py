@@ -253,6 +253,13 @@ def check_new_dir(run_dir: Path, can_resume: bool) -> None:
     """A hand-picked hydra.run.dir: nothing a run wrote may be overwritten or mixed with."""
     held = run_holding(run_dir)
     if held is None:
+        inner = next(run_dir.expanduser().resolve().rglob(METRICS_FILE), None)
+        if inner is not None:  # e.g. hydra.run.dir=outputs: its runs would then lie inside a run
+            raise ConfigError(
+                f"hydra.run.dir={run_dir} holds other runs ({inner.parent} among them), whose "
+                f"files this one would mix with (give a new folder, or drop hydra.run.dir= for "
+                f"a new dir)"
+            )
         return
     if held == run_dir.expanduser().resolve():
         what = "already holds a run, which this one would overwrite"

@@ -109,7 +109,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
 
     callbacks = [instantiate_checked(c) for c in cfg.callbacks.values() if c is not None] + [
         EpochHistory(record),
-        EndSpawnedProcessGroup(),  # last: the other callbacks' teardown may still use the group
+        EndSpawnedProcessGroup(),  # ddp_spawn: ends the ranks' process group at each stage's end
     ]
     loggers = [
         instantiate(c, **purge_setting(c, resume_step))
