@@ -35,12 +35,12 @@ test-all: setup  ## every test, slow ones too
 	$(BIN)/python -m pytest -q -m ""
 
 lint: setup  ## ruff lint and format check
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench docs
+	$(BIN)/ruff format --check src tests bench docs
 
 format: setup  ## ruff fix and format
-	$(BIN)/ruff check --fix src tests bench
-	$(BIN)/ruff format src tests bench
+	$(BIN)/ruff check --fix src tests bench docs
+	$(BIN)/ruff format src tests bench docs
 
 sweep: setup  ## the bag-of-digits comparison as one sweep
 	$(BIN)/python -m attnexp -m model=bag_attn scorer=additive,dot,scaled_dot,bilinear

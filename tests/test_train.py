@@ -1,5 +1,6 @@
 """The runner end to end: a CLI run, evaluate, resume, seeded determinism and the error messages."""
 
+import importlib.util
 import json
 import os
 import platform
@@ -140,6 +141,24 @@ def test_evaluate_writes_its_own_dir_with_the_same_metrics(finished_run):
             assert record["metrics"][key] == pytest.approx(value, abs=1e-6), key
     assert (run_dir / "metrics.json").read_text() == before  # the run's record is untouched
     assert "test/acc_variable" in result.stdout
+
+
+def test_attention_by_bag_size_reads_the_runs_own_test_bags(finished_run):
+    """docs/analysis/bag_attention_by_size.py: the accuracies it finds on the run's test bags are
+    the run's test/acc_bag{n} (TINY tests one batch per set); the weights are a distribution."""
+    path = Path(__file__).parents[1] / "docs" / "analysis" / "bag_attention_by_size.py"
+    spec = importlib.util.spec_from_file_location("bag_attention_by_size", path)
+    analysis = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(analysis)
+    _, run_dir, _ = finished_run
+    rows = analysis.attention_by_size(str(run_dir), max_batches=1)
+    metrics = read(run_dir / "metrics.json")["metrics"]
+    assert [r["bag_size"] for r in rows] == [1, 3]
+    for row in rows:
+        assert row["acc"] == pytest.approx(metrics[f"test/acc_bag{row['bag_size']}"], abs=1e-6)
+    assert rows[0]["weight_on_largest"] == pytest.approx(1.0) and rows[0]["norm_entropy"] == 0
+    assert 0 < rows[1]["weight_on_largest"] <= 1 + 1e-6
+    assert 0 < rows[1]["norm_entropy"] <= 1 + 1e-6
 
 
 def test_evaluate_sweeps_never_write_over_earlier_evaluations(finished_run, tmp_path):
