@@ -70,6 +70,17 @@ def test_additive_value_and_different_sizes():
     assert torch.allclose(scorer(keys, query), (hidden @ scorer.v.weight.T).squeeze(-1), atol=1e-6)
 
 
+def test_scaled_dot_learns_its_scale_from_one_over_sqrt_d():
+    keys, query = torch.randn(B, T, H), torch.randn(B, H)
+    fixed, learned = ScaledDotScorer(H, H), ScaledDotScorer(H, H, learn_scale=True)
+    assert [n for n, _ in fixed.named_parameters()] == []
+    assert [n for n, _ in learned.named_parameters()] == ["log_scale"]
+    scores = learned(keys, query)
+    assert torch.allclose(scores, fixed(keys, query), atol=1e-6)  # the same scorer at the start
+    scores.sum().backward()
+    assert learned.log_scale.grad is not None and learned.log_scale.grad != 0
+
+
 def test_bilinear_value_and_identity_init():
     scorer = BilinearScorer(key_dim=H, query_dim=4)
     keys, query = torch.randn(B, T, H), torch.randn(B, 4)

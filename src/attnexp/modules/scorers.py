@@ -63,14 +63,22 @@ class DotScorer(Scorer):
 
 
 class ScaledDotScorer(DotScorer):
-    """Vaswani: k . q / sqrt(d)."""
+    """Vaswani: k . q / sqrt(d).
 
-    def __init__(self, key_dim: int, query_dim: int) -> None:
+    Args:
+        learn_scale: learn the scale, started at 1 / sqrt(d) (kept as its log, so it stays
+            positive): the softmax may then grow sharper than the fixed scale lets it. On bags
+            of digits the fixed scale leaves the attention almost uniform (docs/RESULTS.md).
+    """
+
+    def __init__(self, key_dim: int, query_dim: int, learn_scale: bool = False) -> None:
         super().__init__(key_dim, query_dim)
         self.scale = 1.0 / math.sqrt(key_dim)
+        self.log_scale = nn.Parameter(torch.tensor(math.log(self.scale))) if learn_scale else None
 
     def forward(self, keys: torch.Tensor, query: torch.Tensor | None) -> torch.Tensor:
-        return super().forward(keys, query) * self.scale
+        scale = self.scale if self.log_scale is None else self.log_scale.exp()
+        return super().forward(keys, query) * scale
 
 
 class BilinearScorer(Scorer):
