@@ -28,7 +28,7 @@ from attnexp.checkpoints import (
 from attnexp.config import register_resolvers
 from attnexp.data.base import AttnDataModule
 from attnexp.errors import ConfigError, exit_with, require_seed
-from attnexp.runs import RunRecord, natural_key, override_key
+from attnexp.runs import METRICS_FILE, RunRecord, natural_key, override_key
 from attnexp.train import device_name, scalar_metrics
 
 log = logging.getLogger(__name__)
@@ -93,13 +93,8 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
             datamodule, task = build(
                 run_cfg, choices, artifacts_dir=str(run_dir), before_setup=check_planned_data
             )
-        record.update(
-            data_source=datamodule.source,
-            data_dir=str(
-                Path(run_cfg.paths.data_dir).expanduser().resolve()
-            ),  # as train records it
-            choices=choices,
-        )
+        data_dir = Path(run_cfg.paths.data_dir).expanduser().resolve()  # as train records it
+        record.update(data_source=datamodule.source, data_dir=str(data_dir), choices=choices)
         check_same_data(datamodule.source, run_record, run_cfg, overrides)
         if datamodule.source == "sample":
             record.warn("data: evaluated on the embedded sample, not the full dataset")
@@ -182,7 +177,7 @@ def record_refusal(out_dir: Path, cli_overrides: list[str], err: ConfigError) ->
     """A refusal before the evaluation's record exists (no checkpoint, no data dir) still leaves a
     failed metrics.json in the dir Hydra made for it, as a refused training run does. A dir that
     already holds one is never written: the evaluation's own failed record, the run dir itself."""
-    if (out_dir / "metrics.json").exists():
+    if (out_dir / METRICS_FILE).exists():
         return
     record = RunRecord(out_dir, seed=None, overrides=cli_overrides, extra={"kind": "evaluate"})
     try:

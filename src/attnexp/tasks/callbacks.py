@@ -153,8 +153,9 @@ class EndSpawnedProcessGroup(pl.Callback):
     NCCL groups, at exit). A rank that exits with its gloo group alive can abort during interpreter
     shutdown ("terminate called without an active exception": gloo's worker threads are torn down
     unjoined; pytorch/pytorch#65513, #190489), and the aborted rank fails the whole job. CI saw it
-    in tests/test_ddp.py's sweep. So the ranks end the group, last thing in the stage: all wait at
-    a barrier (no rank leaves while a peer is still in a collective), then each destroys it.
+    in tests/test_ddp.py's sweep. So the ranks end the group at the stage's teardown, after its
+    last collective: all wait at a barrier (no rank leaves while a peer is still in a
+    collective), then each destroys it.
 
     Ranks launched by a script (trainer.strategy=ddp, fsdp) keep their group for the next stage,
     and a single process has none: both are left alone.
