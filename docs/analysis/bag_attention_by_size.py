@@ -4,7 +4,8 @@
 
 For each test set of bags of n digits (`test/acc_bag{n}`; the run's `data.eval_bag_sizes`) it
 prints the accuracy (the run's own `test/acc_bag{n}` when every batch is read), the mean attention
-weight on the digits that decide the label (the largest; both, if it occurs twice) and the
+weight on the digits that decide the label (those equal to it: the largest under the default
+rule, every copy if it occurs twice) and the
 attention's entropy divided by log n (0: all weight on one digit, 1: uniform). The checkpoint is
 the run's best, as evaluate takes it; the data dir is the run's.
 """
@@ -35,13 +36,12 @@ def attention_by_size(run: str, max_batches: int | None = None) -> list[dict]:
                 break
             batch = datamodule.on_after_batch_transfer(pool[(index, mask)], 0)
             logits, weights = model(batch["items"], mask, return_attention=True)
-            digits = pool.labels[index]
-            largest = digits.masked_fill(~mask, -1).max(1).values
+            deciding = pool.labels[index] == batch["labels"][:, None]  # the digits the rule picked
             right += (logits.argmax(-1) == batch["labels"]).sum().item()
-            on_label += (weights * (digits == largest[:, None])).sum().item()
+            on_label += (weights * deciding).sum().item()
             if n > 1:
                 entropy += (-(weights * weights.clamp_min(1e-12).log()).sum() / math.log(n)).item()
-            count += len(largest)
+            count += len(index)
         rows.append(
             {
                 "bag_size": n,
