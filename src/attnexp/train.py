@@ -26,6 +26,7 @@ from attnexp.build import build, check_data_dir, instantiate_checked
 from attnexp.config import register_resolvers
 from attnexp.errors import ConfigError, exit_with, require_seed
 from attnexp.files import TORCH_LOAD_ERRORS
+from attnexp.overrides import unknown_keys
 from attnexp.runs import (
     LAST_CKPT,
     RunRecord,
@@ -347,7 +348,17 @@ def summary(metrics: dict[str, float], run_dir: str) -> str:
 
 
 def cli() -> None:
-    main()
+    try:
+        main()
+    except SystemExit as end:
+        # Status 1: Hydra printed an error it caught. A key it could not override gets named
+        # with the keys there are (Hydra's advice, `+key=...`, would add one nothing reads).
+        messages = unknown_keys("train", sys.argv[1:]) if end.code == 1 else []
+        for message in messages:
+            print(f"error: {message}", file=sys.stderr)
+        if messages:
+            raise SystemExit(2) from None
+        raise
     if FAILED_JOBS:
         print(f"{len(FAILED_JOBS)} job(s) failed:", *FAILED_JOBS, sep="\n  ", file=sys.stderr)
         sys.exit(min(len(FAILED_JOBS), 100))

@@ -1,0 +1,68 @@
+"""A key the config lacks: named with the closest keys and every key its parent has."""
+
+import pytest
+from cli_helpers import run_cli
+
+from attnexp.overrides import unknown_keys
+
+
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (
+            ["model.hiden_size=8"],
+            "model.hiden_size=8: model (model=bag_attn) has no key 'hiden_size'; did you mean "
+            "model.hidden_size? Its keys: attention, backbone, hidden_size, pooled_norm, scorer. "
+            "(To add a new key on purpose, write +model.hiden_size=8.)",
+        ),
+        # the group choices and experiments are composed first: the keys are those of lstm_attn
+        (
+            ["experiment=nndl_imdb", "model.hidden_sz=64"],
+            "model.hidden_sz=64: model (model=lstm_attn) has no key 'hidden_sz'; did you mean "
+            "model.hidden_size?",
+        ),
+        (["sed=3"], "sed=3: the config has no key 'sed'; did you mean seed?"),
+        # a sweep over an unknown key, and a sweep over a group choice beside it
+        (
+            ["-m", "model=lstm_attn", "scorer=dot,additive", "trainer.max_epoch=1,2"],
+            "trainer.max_epoch=1,2: trainer (trainer=default) has no key 'max_epoch'; did you "
+            "mean trainer.max_epochs or trainer.min_epochs?",
+        ),
+        # through the interpolation model.scorer: ${scorer}
+        (
+            ["model.scorer.attn_dimm=3"],
+            "model.scorer.attn_dimm=3: model.scorer has no key 'attn_dimm'; did you mean "
+            "model.scorer.attn_dim? Its keys: attn_dim.",
+        ),
+        (
+            ["model.backbone.depth=2"],
+            "model.backbone.depth=2: model.backbone is a single setting, with no keys below it "
+            "(set model.backbone=...)",
+        ),
+    ],
+)
+def test_an_unknown_key_is_named_with_the_keys_there_are(argv, expected):
+    (message,) = unknown_keys("train", argv)
+    assert message.startswith(expected)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["model.hidden_size=8", "seed=3", "trainer.max_epochs=2", "model.scorer.attn_dim=3"],
+        ["+model.extra=1", "~scorer", "hydra.run.dirr=x"],  # additions, deletions, Hydra's keys
+        ["scorer=dott", "model.hiden=1"],  # another error first: Hydra's message says it
+        ["model.hidden_size=[1,"],  # a syntax error: Hydra's message says it
+    ],
+)
+def test_nothing_to_say_when_the_keys_exist_or_another_error_comes_first(argv):
+    assert unknown_keys("train", argv) == []
+
+
+def test_the_cli_names_the_key_meant_and_exits_2(tmp_path):
+    result = run_cli(tmp_path, "data.bag_sise=3")
+    assert result.returncode == 2, result.stderr[-4000:]
+    assert "error: data.bag_sise=3: data (data=bag_mnist) has no key 'bag_sise'; did you mean " in (
+        result.stderr
+    )
+    assert "data.bag_size" in result.stderr and "Traceback" not in result.stderr
