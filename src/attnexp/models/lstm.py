@@ -147,6 +147,8 @@ class LSTMSelfAttention(_TextClassifier):
         attention: "mhsa" (multi-head, learned projections) or "simple" (softmax(X X^T) X).
         use_lstm: false: no LSTM; embeddings plus sinusoidal positions go straight to attention.
         max_seq_len: longest input (positional table size when use_lstm is false).
+        embed_init: as for LSTMEncoder; None: "xavier" with the LSTM, "normal" without (the
+            added positions, std ~0.7, would drown Xavier's small embeddings).
     """
 
     def __init__(
@@ -164,10 +166,12 @@ class LSTMSelfAttention(_TextClassifier):
         attn_dropout: float = 0.0,
         pad_id: int = 0,
         rnn_impl: str = "auto",
-        embed_init: str = "normal",
+        embed_init: str | None = "normal",
         linear_init: str = "torch",
         max_seq_len: int = 512,
     ) -> None:
+        if embed_init is None:  # Xavier's small embeddings suit the LSTM, not added positions
+            embed_init = "xavier" if use_lstm else "normal"
         super().__init__(
             vocab_size,
             num_classes,
