@@ -1,10 +1,17 @@
-"""Which source a DataModule reads, decided before it loads anything."""
+"""Which source a DataModule reads, decided before it loads anything; what the hub loaders read."""
 
+import datasets
 import pytest
+import torch
+from imdb_data import write_imdb
+from lcqmc_data import write_lcqmc
+from mnist_data import write_mnist
+from PIL import Image
 
 from attnexp.data.bag_mnist import BagMNISTDataModule
 from attnexp.data.imdb import IMDBDataModule
-from attnexp.data.lcqmc import LCQMCDataModule
+from attnexp.data.lcqmc import HUB_COLUMNS, HUB_SPLITS, LCQMCDataModule
+from attnexp.data.mnist import load_mnist
 from attnexp.data.sources import planned
 from attnexp.errors import ConfigError
 
@@ -47,3 +54,73 @@ def test_datamodules_plan_their_own_folder(tmp_path, monkeypatch, cls, subdir):
     (tmp_path / subdir).mkdir()
     assert datamodule.planned_source() == "local"
     assert datamodule.source is None  # nothing was loaded
+
+
+# --- the hub loaders, on datasets in the hub's schema (load_dataset is replaced: no network) -------
+# Each reads the same generated data as the local loader does, so the two must agree.
+
+
+def serve_hub(monkeypatch, name: str, hub: datasets.DatasetDict) -> list:
+    """datasets.load_dataset(name[, split]) serves `hub`; returns the splits asked for."""
+    asked = []
+
+    def load_dataset(path, split=None, **kwargs):
+        assert path == name
+        asked.append(split)
+        return hub if split is None else hub[split]
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    return asked
+
+
+def test_mnist_from_the_hub_equals_the_idx_files(tmp_path, monkeypatch):
+    local, _ = load_mnist(write_mnist(tmp_path / "data", num_train=30, num_test=20).parent)
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(10)})
+    hub = datasets.DatasetDict(
+        {
+            split: datasets.Dataset.from_dict(
+                {"image": [Image.fromarray(x.numpy()) for x in images], "label": labels.tolist()},
+                features=features,
+            )
+            for split, (images, labels) in local.items()
+        }
+    )
+    serve_hub(monkeypatch, "ylecun/mnist", hub)
+    from_hub, source = load_mnist(tmp_path / "nowhere", "hub")
+    assert source == "hub"
+    for split, (images, labels) in local.items():
+        assert from_hub[split][0].dtype == torch.uint8
+        assert torch.equal(from_hub[split][0], images) and torch.equal(from_hub[split][1], labels)
+
+
+def test_imdb_from_the_hub_equals_the_parquet_files(tmp_path, monkeypatch):
+    folder = write_imdb(tmp_path / "data", num_train=40, num_test=20)
+    dm = IMDBDataModule(str(tmp_path / "nowhere"), source="hub", cache_dir=str(tmp_path / "c"))
+    local = dm.load_local(folder)
+    features = datasets.Features(
+        {"text": datasets.Value("string"), "label": datasets.ClassLabel(names=["neg", "pos"])}
+    )
+    splits = {s: datasets.Dataset.from_dict(local[s], features=features) for s in local}
+    unlabelled = {"text": ["no label here"], "label": [-1]}  # the hub's third split
+    splits["unsupervised"] = datasets.Dataset.from_dict(unlabelled, features=features)
+    serve_hub(monkeypatch, "stanfordnlp/imdb", datasets.DatasetDict(splits))
+    assert dm.load_hub() == local
+    dm.setup("fit")
+    assert dm.source == "hub"
+
+
+def test_lcqmc_from_the_hub_equals_the_tsv_files(tmp_path, monkeypatch):
+    folder = write_lcqmc(tmp_path / "data", {"train": 20, "dev": 10, "test": 10})
+    dm = LCQMCDataModule(str(tmp_path / "nowhere"), source="hub")
+    local = dm._load_local(folder)
+    hub = datasets.DatasetDict(
+        {
+            HUB_SPLITS[split]: datasets.Dataset.from_dict(
+                dict(zip(HUB_COLUMNS, pairs, strict=True))
+            )
+            for split, pairs in local.items()
+        }
+    )
+    asked = serve_hub(monkeypatch, "C-MTEB/LCQMC", hub)
+    assert dm._load_hub() == local
+    assert asked == ["train", "validation", "test"]

@@ -13,9 +13,10 @@ def batch():
     return token_batch(V)  # lengths 7, 4, 1
 
 
-def test_packed_equals_unpacked_on_real_positions(batch):
+@pytest.mark.parametrize("rnn_impl", ["packed", "reversed"])  # "auto" is one of the two
+def test_packed_equals_unpacked_on_real_positions(batch, rnn_impl):
     ids, mask = batch
-    encoder = LSTMEncoder(V, embed_dim=8, hidden_size=4, num_layers=2).eval()
+    encoder = LSTMEncoder(V, embed_dim=8, hidden_size=4, num_layers=2, rnn_impl=rnn_impl).eval()
     out = encoder(ids, mask)
     assert out.shape == (B, T, 8)
     for b in range(B):

@@ -47,6 +47,20 @@ def test_equals_nn_multihead_attention(need_weights, masked, bias):
         assert weights is None
 
 
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_the_fused_kernel_runs_exactly_when_no_weights_are_asked_for(need_weights, monkeypatch):
+    calls = []
+    fused = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(
+        torch.nn.functional,
+        "scaled_dot_product_attention",
+        lambda *args, **kwargs: calls.append(1) or fused(*args, **kwargs),
+    )
+    ours, _ = pair()
+    ours(torch.randn(B, T, E), lengths_to_mask(torch.tensor([3, 5]), T), need_weights=need_weights)
+    assert len(calls) == (0 if need_weights else 1)
+
+
 def test_weights_rows_sum_to_one_and_padded_keys_get_zero():
     ours, _ = pair()
     mask = lengths_to_mask(torch.tensor([3, 5]), T)
