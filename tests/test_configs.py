@@ -5,6 +5,11 @@ Configs are found by globbing, so a new option (a model, a scorer, an experiment
 without a new test. Every dataset gets tiny generated files in one data dir.
 """
 
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -148,6 +153,52 @@ def test_every_conf_folder_is_a_listed_package():
         if path.is_dir() and not path.name.startswith((".", "__"))
     }
     assert folders - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
+
+
+def test_a_wheel_ships_every_yaml_and_sample_and_composes_from_them(tmp_path):
+    """`pip install .` (not editable): the wheel holds conf/ as attnexp.conf and the samples, and
+    Hydra finds the configs in the installed package, with no checkout in sight."""
+    root, source = CONF_DIR.parent, tmp_path / "source"
+    ignore = shutil.ignore_patterns("*.egg-info", "__pycache__", "conf")  # src/attnexp/conf: a link
+    shutil.copytree(root / "src", source / "src", ignore=ignore)
+    shutil.copytree(CONF_DIR, source / "conf")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, source / name)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+        + ["-w", str(tmp_path / "dist"), str(source)],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = (tmp_path / "dist").glob("attnexp-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(tmp_path / "site")
+        shipped = set(archive.namelist())
+    yamls = {f"attnexp/conf/{p.relative_to(CONF_DIR).as_posix()}" for p in CONF_DIR.rglob("*.yaml")}
+    assert yamls - shipped == set()
+    assert {f"attnexp/data/samples/{n}" for n in ("mnist_sample.npz", "imdb_sample.parquet")} <= (
+        shipped
+    )
+    script = (
+        "import attnexp, hydra\n"
+        "with hydra.initialize_config_module('attnexp.conf', version_base='1.3'):\n"
+        "    cfg = hydra.compose('train', overrides=['experiment=nndl_imdb_dot'])\n"
+        "print(attnexp.__file__, cfg.model._target_, cfg.scorer._target_)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    where, model, scorer = result.stdout.split()
+    assert Path(where).is_relative_to(tmp_path / "site")
+    assert (model, scorer) == (
+        "attnexp.models.lstm.LSTMAttention",
+        "attnexp.modules.scorers.DotScorer",
+    )
 
 
 @pytest.mark.parametrize("override", group_options())

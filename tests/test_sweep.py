@@ -6,6 +6,7 @@ import json
 
 import pytest
 from cli_helpers import TINY, run_cli
+from conftest import CONF_DIR
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
@@ -118,13 +119,20 @@ def test_bag_table_rows_compose(compose_cfg, variant, target, backbone, attentio
     ]
 
 
-@pytest.mark.parametrize(
-    ("launcher", "plugin"),
-    [
-        ("parallel", "hydra_plugins.hydra_joblib_launcher"),
-        ("slurm", "hydra_plugins.hydra_submitit_launcher"),
-    ],
-)
+LAUNCHER_PLUGINS = {
+    "parallel": "hydra_plugins.hydra_joblib_launcher",
+    "slurm": "hydra_plugins.hydra_submitit_launcher",
+}
+
+
+def test_every_launcher_yaml_is_tested():
+    """A new conf/hydra/launcher/*.yaml fails here until it joins LAUNCHER_PLUGINS (and so the
+    composition test below, which the glob over groups in test_configs.py leaves to this file)."""
+    yamls = sorted(p.stem for p in (CONF_DIR / "hydra" / "launcher").glob("*.yaml"))
+    assert yamls == sorted(LAUNCHER_PLUGINS)
+
+
+@pytest.mark.parametrize(("launcher", "plugin"), LAUNCHER_PLUGINS.items())
 def test_launcher_configs_compose(compose_cfg, launcher, plugin):
     if importlib.util.find_spec(plugin) is None:
         pytest.skip(f"{plugin} not installed (pip install -e '.[sweep]')")
