@@ -53,6 +53,7 @@ def test_an_unknown_key_is_named_with_the_keys_there_are(argv, expected):
         ["+model.extra=1", "~scorer", "hydra.run.dirr=x"],  # additions, deletions, Hydra's keys
         ["scorer=dott", "model.hiden=1"],  # another error first: Hydra's message says it
         ["model.hidden_size=[1,"],  # a syntax error: Hydra's message says it
+        ["--config-name", "evaluate", "model.hiden=1"],  # another config than train: not checked
     ],
 )
 def test_nothing_to_say_when_the_keys_exist_or_another_error_comes_first(argv):

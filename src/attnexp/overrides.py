@@ -51,12 +51,9 @@ def _message(cfg: DictConfig, override: Override) -> str | None:
             )
         if part not in node:
             break
-        if not OmegaConf.is_interpolation(node, part):
-            node = node._get_node(part)
-            continue
-        try:  # `model.scorer: ${scorer}`: the keys are those of what it points to
+        try:  # an interpolation (`model.scorer: ${scorer}`) leads to what it points to
             node = node[part]
-        except Exception:  # an interpolation only a run resolves: cannot tell, say nothing
+        except Exception:  # one only a run resolves (hydra:, a run dir): cannot tell
             return None
     else:
         return None
@@ -74,7 +71,10 @@ def _message(cfg: DictConfig, override: Override) -> str | None:
 def unknown_keys(config_name: str, argv: list[str]) -> list[str]:
     """One message per `key=value` in `argv` whose key `config_name` composed with the other
     overrides lacks. Empty when all keys exist, or when the command line fails for another
-    reason (Hydra's own message then says why)."""
+    reason (Hydra's own message then says why), or when a flag other than -m changes what
+    Hydra composes (`--config-name`, `--config-dir`)."""
+    if any(arg.startswith("-") and arg not in ("-m", "--multirun") for arg in argv):
+        return []
     try:
         overrides = OverridesParser.create().parse_overrides(
             [arg for arg in argv if not arg.startswith("-")]
