@@ -104,7 +104,8 @@ def test_imdb_from_the_hub_equals_the_parquet_files(tmp_path, monkeypatch):
     unlabelled = {"text": ["no label here"], "label": [-1]}  # the hub's third split
     splits["unsupervised"] = datasets.Dataset.from_dict(unlabelled, features=features)
     serve_hub(monkeypatch, "stanfordnlp/imdb", datasets.DatasetDict(splits))
-    assert dm.load_hub() == local
+    from_hub = dm.load_hub()
+    assert from_hub == local and all(type(v) is list for s in from_hub.values() for v in s.values())
     dm.setup("fit")
     assert dm.source == "hub"
 

@@ -218,8 +218,8 @@ class TextClassificationDataModule(AttnDataModule):
     def load_hub(self) -> dict[str, Split]:
         from datasets import load_dataset
 
-        ds = load_dataset(self.hub_name)
-        return {s: {"text": ds[s]["text"], "label": ds[s]["label"]} for s in SPLITS}
+        ds = load_dataset(self.hub_name)  # lists, as from local files (not datasets' Column)
+        return {s: {"text": list(ds[s]["text"]), "label": list(ds[s]["label"])} for s in SPLITS}
 
     def load_sample(self) -> dict[str, Split]:
         import pyarrow.parquet as pq
