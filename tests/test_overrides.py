@@ -1,4 +1,5 @@
-"""A key the config lacks: named with the closest keys and every key its parent has."""
+"""A key Hydra refuses: named with the closest keys and every key its parent has; and nothing said
+where Hydra composes the command line or fails for another reason."""
 
 import pytest
 from cli_helpers import run_cli
@@ -28,12 +29,22 @@ from attnexp.overrides import unknown_keys
             "trainer.max_epoch=1,2: trainer (trainer=default) has no key 'max_epoch'; did you "
             "mean trainer.max_epochs or trainer.min_epochs?",
         ),
-        # through the interpolation model.scorer: ${scorer}
+        # Hydra sets no key through an interpolation (model.scorer: ${scorer}), existing or not
         (
-            ["model.scorer.attn_dimm=3"],
-            "model.scorer.attn_dimm=3: model.scorer has no key 'attn_dimm'; did you mean "
-            "model.scorer.attn_dim? Its keys: attn_dim.",
+            ["model.scorer.attn_dim=3"],
+            "model.scorer.attn_dim=3: model.scorer is ${scorer}, and Hydra sets no keys through "
+            "an interpolation (set scorer.attn_dim=... instead)",
         ),
+        (
+            ["scheduler.warmup_ratio=0.1"],
+            "scheduler.warmup_ratio=0.1: no scheduler is chosen, so it has no keys (choose one "
+            "first: scheduler=cosine_warmup | linear_warmup)",
+        ),
+        (
+            ["scorer=dot", "scorer.attn_dim=3"],
+            "scorer.attn_dim=3: scorer (scorer=dot) has no key 'attn_dim'. It has no keys to set.",
+        ),
+        (["experimnet=nndl_imdb"], "experimnet=nndl_imdb: the config has no key 'experimnet'; did"),
         (
             ["model.backbone.depth=2"],
             "model.backbone.depth=2: model.backbone is a single setting, with no keys below it "
@@ -49,8 +60,12 @@ def test_an_unknown_key_is_named_with_the_keys_there_are(argv, expected):
 @pytest.mark.parametrize(
     "argv",
     [
-        ["model.hidden_size=8", "seed=3", "trainer.max_epochs=2", "model.scorer.attn_dim=3"],
+        ["model.hidden_size=8", "seed=3", "trainer.max_epochs=2", "scorer.attn_dim=3"],
+        # Hydra composes these (the run fails later, if at all): nothing to explain
+        ["data.eval_bag_sizes.0=3", "trainer.accelerator=bogus"],
+        ["trainer.profiler={a:1}", "trainer.profiler.a=2"],  # a key that an earlier one made
         ["+model.extra=1", "~scorer", "hydra.run.dirr=x"],  # additions, deletions, Hydra's keys
+        ["-m", "scorer=glob(*)", "model.hiden=1"],  # a sweep with no first value to take
         ["scorer=dott", "model.hiden=1"],  # another error first: Hydra's message says it
         ["model.hidden_size=[1,"],  # a syntax error: Hydra's message says it
         ["--config-name", "evaluate", "model.hiden=1"],  # another config than train: not checked

@@ -1,25 +1,27 @@
-"""Keys on a command line that the composed config does not have: which key was meant.
+"""Keys on a command line that the config does not have: which key was meant.
 
 Hydra refuses `model.hiden_size=8` with "Could not override 'model.hiden_size'. To append to
 your config use +model.hiden_size=8": it names the key but not the keys there are, and its
 advice, taken for a typo, adds a key nothing reads (`+trainer.max_epoch=3` then fails inside
-Lightning). After Hydra has refused a command line, `unknown_keys` composes it again without its
-key settings and says, for each key the config lacks, the closest keys and all the keys its
-parent has.
+Lightning). After a command line has failed, `unknown_keys` finds out whether a key was the
+reason, with Hydra's own composition as the judge, and for each refused key says the closest
+keys and all the keys there are.
 """
 
 import difflib
+import re
 
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
-from omegaconf import DictConfig, OmegaConf
+from hydra.errors import ConfigCompositionException
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 
 def _sets_a_key(override: Override, groups: set[str]) -> bool:
-    """`model.hidden_size=8`, `seed=1`: a setting; `model=bag_attn`, `experiment/bag=dot`: a group
-    choice. Additions (+), deletions (~), package overrides and Hydra's own keys are left alone."""
+    """`model.hidden_size=8`, `seed=1`: a setting; `model=bag_attn`: a group choice. Additions
+    (+), deletions (~), package overrides and Hydra's own keys are left to Hydra."""
     key = override.key_or_group
     return (
         override.type is OverrideType.CHANGE
@@ -30,67 +32,105 @@ def _sets_a_key(override: Override, groups: set[str]) -> bool:
     )
 
 
-def _first_value(override: Override) -> str:
-    """The override with a sweep (`scorer=dot,additive`) reduced to its first value."""
+def _one_value(override: Override) -> str | None:
+    """The override with a list sweep (`scorer=dot,additive`, `range(...)`) reduced to its first
+    value; None for a sweep with no first value to take (`glob(*)`, `interval(...)`)."""
     if not override.is_sweep_override():
         return override.input_line
+    if not (override.is_choice_sweep() or override.is_range_sweep()):
+        return None
     key = override.input_line.split("=", 1)[0]
     return f"{key}={next(override.sweep_string_iterator())}"
 
 
-def _message(cfg: DictConfig, override: Override) -> str | None:
-    """None if `cfg` has the override's key; else which part is missing and what is there."""
-    parts = override.key_or_group.split(".")
+def _refuses(config_name: str, overrides: list[str]) -> bool:
+    """Whether Hydra refuses to compose with these overrides because a key is not there."""
+    try:
+        compose(config_name, overrides=overrides)
+    except ConfigCompositionException as err:
+        return str(err).startswith("Could not override")
+    return False
+
+
+def _explain(cfg: DictConfig, override: Override, options: dict[str, list[str]]) -> str | None:
+    """Why `cfg` has no place for the override's key, walking it as Hydra does (not through
+    interpolations); None where there is nothing better to say than Hydra's message."""
+    line, parts = override.input_line, override.key_or_group.split(".")
     node: object = cfg
     for depth, part in enumerate(parts):
         parent = ".".join(parts[:depth])
+        if isinstance(node, ListConfig):
+            return f"{line}: {parent} is a list of {len(node)} (set {parent}=[...])"
         if not isinstance(node, DictConfig):
-            return (
-                f"{override.input_line}: {parent} is a single setting, with no keys below it "
-                f"(set {parent}=...)"
-            )
+            if parent in options:  # a group with no option chosen (scheduler: null)
+                return (
+                    f"{line}: no {parent} is chosen, so it has no keys (choose one first: "
+                    f"{parent}={' | '.join(options[parent])})"
+                )
+            return f"{line}: {parent} is a single setting, with no keys below it (set {parent}=...)"
         if part not in node:
             break
-        try:  # an interpolation (`model.scorer: ${scorer}`) leads to what it points to
-            node = node[part]
-        except Exception:  # one only a run resolves (hydra:, a run dir): cannot tell
-            return None
+        if OmegaConf.is_interpolation(node, part):  # Hydra sets no keys through one
+            target = str(node._get_node(part)._value())  # e.g. "${scorer}"
+            points_to = re.fullmatch(r"\$\{([\w.]+)\}", target)
+            keyed = points_to and isinstance(OmegaConf.select(cfg, points_to[1]), DictConfig)
+            instead = f"set {points_to[1]}.{'.'.join(parts[depth + 1 :])}=..." if keyed else ""
+            return (
+                f"{line}: {'.'.join(parts[: depth + 1])} is {target}, and Hydra sets no keys "
+                f"through an interpolation{f' ({instead} instead)' if instead else ''}"
+            )
+        node = node[part]
     else:
         return None
     have = sorted(str(k) for k in node if not str(k).startswith("_") and k != "hydra")
+    candidates = have + (sorted(options) if not parent else [])  # a misspelt group, at the top
     choice = OmegaConf.select(cfg, f"hydra.runtime.choices.{parent}", default=None)
     where = f"{parent} ({parent}={choice})" if choice else parent or "the config"
-    close = [".".join([*parts[:depth], k]) for k in difflib.get_close_matches(part, have)]
+    close = [".".join([*parts[:depth], k]) for k in difflib.get_close_matches(part, candidates)]
     hint = f"; did you mean {' or '.join(close)}?" if close else "."
+    listing = f" Its keys: {', '.join(have)}." if have else " It has no keys to set."
     return (
-        f"{override.input_line}: {where} has no key '{part}'{hint} Its keys: "
-        f"{', '.join(have)}. (To add a new key on purpose, write +{override.input_line}.)"
+        f"{line}: {where} has no key '{part}'{hint}{listing} (To add a new key on purpose, "
+        f"write +{line}.)"
     )
 
 
 def unknown_keys(config_name: str, argv: list[str]) -> list[str]:
-    """One message per `key=value` in `argv` whose key `config_name` composed with the other
-    overrides lacks. Empty when all keys exist, or when the command line fails for another
-    reason (Hydra's own message then says why), or when a flag other than -m changes what
-    Hydra composes (`--config-name`, `--config-dir`)."""
+    """One message per `key=value` in `argv` that Hydra refuses because `config_name` (composed
+    with the overrides before it) has no such key. Empty when Hydra composes the command line
+    (the failure came later), when it fails for another reason (Hydra's message says why), and
+    for flags other than -m (`--config-name` and the like change what is composed)."""
     if any(arg.startswith("-") and arg not in ("-m", "--multirun") for arg in argv):
         return []
     try:
         overrides = OverridesParser.create().parse_overrides(
             [arg for arg in argv if not arg.startswith("-")]
         )
-    except Exception:  # Hydra has reported the syntax error
+    except Exception:  # a syntax error: Hydra has said where
         return []
     GlobalHydra.instance().clear()
     try:
         with initialize_config_module("attnexp.conf", version_base="1.3"):
-            groups = set(GlobalHydra.instance().config_loader().list_groups(""))
-            settings = [o for o in overrides if _sets_a_key(o, groups)]
-            others = [_first_value(o) for o in overrides if not _sets_a_key(o, groups)]
-            try:
-                cfg = compose(config_name, overrides=others, return_hydra_config=True)
-            except Exception:  # a bad group choice or the like: not what this looks for
+            loader = GlobalHydra.instance().config_loader()
+            options = {g: loader.get_group_options(g) for g in loader.list_groups("")}
+            lines = [_one_value(o) for o in overrides]
+            if None in lines or not _refuses(config_name, lines):
                 return []
+            # Group choices (and additions, deletions) first, then the settings one at a time,
+            # in order, as Hydra applies them: each refused one is explained on what came before.
+            pairs = list(zip(overrides, lines, strict=True))
+            settings = [(o, line) for o, line in pairs if _sets_a_key(o, options)]
+            others = [line for o, line in pairs if not _sets_a_key(o, options)]
+            accepted, messages = [], []
+            for override, line in settings:
+                if not _refuses(config_name, others + accepted + [line]):
+                    accepted.append(line)
+                    continue
+                cfg = compose(config_name, others + accepted, return_hydra_config=True)
+                message = _explain(cfg, override, options)
+                messages += [message] if message else []
+            return messages
+    except Exception:  # anything else: Hydra's own message stands alone
+        return []
     finally:
         GlobalHydra.instance().clear()
-    return [m for m in (_message(cfg, o) for o in settings) if m is not None]
