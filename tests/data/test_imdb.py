@@ -38,6 +38,19 @@ def test_local_parquet_splits_stratified(tmp_path):
     assert dm.model_kwargs["vocab_size"] == dm.tokenizer.get_vocab_size()
 
 
+def test_split_seed_fixes_the_dev_reviews_across_run_seeds(tmp_path):
+    write_imdb(tmp_path / "data", num_train=60, num_test=20)
+
+    def dev_texts(**kwargs) -> list[str]:
+        dm = make_dm(tmp_path, val_fraction=0.2, **kwargs)
+        dm.setup("fit")
+        return sorted(dm.tokenizer.decode(list(ids)) for ids in dm.splits["val"].ids)
+
+    by_seed = {seed: dev_texts(seed=seed) for seed in (0, 1)}
+    assert by_seed[0] != by_seed[1]  # null (the default): each run seed its own dev reviews
+    assert dev_texts(seed=1, split_seed=0) == by_seed[0]  # a number: the same for every seed
+
+
 def test_val_split_blocks_and_bad_value(tmp_path):
     import pyarrow.parquet as pq
 
@@ -310,6 +323,7 @@ def test_a_tokenizer_with_other_special_ids_is_refused(tmp_path):
         ({"vocab_size": "abc"}, r"data.vocab_size=abc must be a positive integer"),
         ({"val_fraction": "abc"}, r"data.val_fraction=abc must be between 0 and 1"),
         ({"num_workers": -1}, r"data.num_workers=-1 must be a whole number >= 0"),
+        ({"split_seed": -1}, r"data.split_seed=-1 must be a whole number from 0 to 2\*\*32 - 1"),
     ],
 )
 def test_wrong_types_and_counts_are_refused_before_loading(tmp_path, kwargs, match):

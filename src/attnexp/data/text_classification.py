@@ -39,7 +39,13 @@ from attnexp.data.text import (
     word_pre_tokenizer,
     write_tokenizer,
 )
-from attnexp.errors import ConfigError, require_fraction, require_non_negative, require_positive
+from attnexp.errors import (
+    ConfigError,
+    require_fraction,
+    require_non_negative,
+    require_positive,
+    require_seed,
+)
 from attnexp.files import not_a_folder
 
 Split = dict[str, list]  # {"text": [...], "label": [...]}
@@ -125,6 +131,8 @@ class TextClassificationDataModule(AttnDataModule):
         epoch_order: "reshuffle" (new training batches each epoch) or "repeat" (epoch 0's batches
             every epoch, as the runs recorded before this option did).
         val_fraction: share of the training texts held out (stratified by label) for validation.
+        seed / split_seed: `seed` draws the batch orders, and the held-out texts unless
+            `split_seed` is given (then every run seed validates on the same texts).
         tokenizer_path: reuse a saved tokenizer (file or run dir) instead of training one.
         cache_dir: token-id cache (null: $ATTNEXP_CACHE or ~/.cache/attnexp).
     """
@@ -155,6 +163,7 @@ class TextClassificationDataModule(AttnDataModule):
         tokenizer_path: str | None = None,
         cache_dir: str | None = None,
         seed: int = 0,
+        split_seed: int | None = None,
         num_workers: int = 0,
     ) -> None:
         super().__init__()
@@ -168,6 +177,7 @@ class TextClassificationDataModule(AttnDataModule):
             require_positive(f"data.{key}", value)
         require_fraction("data.val_fraction", val_fraction)
         require_non_negative("data.num_workers", num_workers)
+        require_seed("data.split_seed", split_seed)
         check_epoch_order(epoch_order)
         self.epoch_order = epoch_order
         self.data_dir, self.source_request = Path(data_dir), source
@@ -181,6 +191,7 @@ class TextClassificationDataModule(AttnDataModule):
         self.max_seq_len, self.batch_size, self.pool_batches = max_seq_len, batch_size, pool_batches
         self.truncation = truncation
         self.val_fraction, self.seed, self.num_workers = val_fraction, seed, num_workers
+        self.split_seed = seed if split_seed is None else split_seed
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
         blocker = not_a_folder(self.cache_dir)
         if blocker is not None:
@@ -272,10 +283,12 @@ class TextClassificationDataModule(AttnDataModule):
     def carve_validation(
         self, raw: dict[str, Split], source: str, block: int = 1
     ) -> dict[str, Split]:
-        """`val_fraction` of split `source` (stratified by label, drawn from the seed) becomes
+        """`val_fraction` of split `source` (stratified by label, drawn from the split seed) becomes
         val, the rest stays `source` (see `stratified_split` for `block`)."""
         carved = raw[source]
-        keep_idx, val_idx = stratified_split(carved["label"], self.val_fraction, self.seed, block)
+        keep_idx, val_idx = stratified_split(
+            carved["label"], self.val_fraction, self.split_seed, block
+        )
         if not keep_idx or not val_idx:
             raise ConfigError(
                 f"data.val_fraction={self.val_fraction} of the {len(carved['label'])} "
