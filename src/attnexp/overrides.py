@@ -10,6 +10,7 @@ keys and all the keys there are.
 
 import difflib
 import re
+from collections.abc import Container
 
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
@@ -19,7 +20,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 
-def _sets_a_key(override: Override, groups: set[str]) -> bool:
+def _sets_a_key(override: Override, groups: Container[str]) -> bool:
     """`model.hidden_size=8`, `seed=1`: a setting; `model=bag_attn`: a group choice. Additions
     (+), deletions (~), package overrides and Hydra's own keys are left to Hydra."""
     key = override.key_or_group
