@@ -109,6 +109,11 @@ def check_data_dir(data_dir: str, overrides: list[str]) -> None:
         )
 
 
+def resolved_data_dir(data_dir: str) -> str:
+    """The data dir as a run's record holds it: absolute, `~` expanded."""
+    return str(Path(data_dir).expanduser().resolve())
+
+
 def build_model(model_cfg: DictConfig, datamodule: AttnDataModule):
     """Instantiate the model with the runtime sizes it asks for (num_classes, vocab_size, ...)."""
     target = get_class(model_cfg._target_)

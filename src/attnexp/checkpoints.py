@@ -18,10 +18,10 @@ from pathlib import Path
 
 import torch
 import yaml
-from hydra import compose, initialize_config_module
-from hydra.core.global_hydra import GlobalHydra
+from hydra import compose
 from omegaconf import DictConfig, OmegaConf
 
+from attnexp.config import package_configs
 from attnexp.errors import ConfigError
 from attnexp.files import TORCH_LOAD_ERRORS
 from attnexp.runs import LAST_CKPT, METRICS_FILE, RUN_CONFIG, override_key, run_holding
@@ -57,28 +57,24 @@ def compose_command_cfg(command: str, overrides: list[str]) -> DictConfig:
     """`<command>.yaml` (evaluate, predict) composed with the command line's overrides. Hydra's
     advice for a run setting given as `data.x=...` (`+data.x=...`, which adds a key the command
     ignores) is replaced by where it goes: `overrides=["data.x=..."]`."""
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_module("attnexp.conf", version_base="1.3"):
-            for override in overrides:
-                key, _, value = override.partition("=")
-                if override_key(override) == "overrides" and not value.lstrip().startswith("["):
-                    raise ConfigError(
-                        f"{command}: {override}: overrides takes a list, write "
-                        f"'overrides=[\"{value}\"]' (one quoted key=value per setting)"
-                    )
-                if key.startswith("+") and not key.startswith("+hydra"):
-                    raise not_a_setting(command, override)
-            try:
-                return compose(command, overrides=overrides)
-            except Exception as err:  # Hydra's override/config errors
-                key = re.match(r"Could not override '([^']+)'", str(err))
-                bad = [o for o in overrides if key and override_key(o) == key.group(1)]
-                if bad:
-                    raise not_a_setting(command, bad[0]) from None
-                raise ConfigError(f"{command}: {str(err).splitlines()[0]}") from None
-    finally:
-        GlobalHydra.instance().clear()
+    with package_configs():
+        for override in overrides:
+            key, _, value = override.partition("=")
+            if override_key(override) == "overrides" and not value.lstrip().startswith("["):
+                raise ConfigError(
+                    f"{command}: {override}: overrides takes a list, write "
+                    f"'overrides=[\"{value}\"]' (one quoted key=value per setting)"
+                )
+            if key.startswith("+") and not key.startswith("+hydra"):
+                raise not_a_setting(command, override)
+        try:
+            return compose(command, overrides=overrides)
+        except Exception as err:  # Hydra's override/config errors
+            key = re.match(r"Could not override '([^']+)'", str(err))
+            bad = [o for o in overrides if key and override_key(o) == key.group(1)]
+            if bad:
+                raise not_a_setting(command, bad[0]) from None
+            raise ConfigError(f"{command}: {str(err).splitlines()[0]}") from None
 
 
 @contextmanager

@@ -15,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
-from attnexp.build import build, check_data_dir, given
+from attnexp.build import build, check_data_dir, given, resolved_data_dir
 from attnexp.checkpoints import (
     compose_command_cfg,
     given_ckpt_path,
@@ -93,8 +93,8 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
             datamodule, task = build(
                 run_cfg, choices, artifacts_dir=str(run_dir), before_setup=check_planned_data
             )
-        data_dir = Path(run_cfg.paths.data_dir).expanduser().resolve()  # as train records it
-        record.update(data_source=datamodule.source, data_dir=str(data_dir), choices=choices)
+        data_dir = resolved_data_dir(run_cfg.paths.data_dir)  # as train records it
+        record.update(data_source=datamodule.source, data_dir=data_dir, choices=choices)
         check_same_data(datamodule.source, run_record, run_cfg, overrides)
         if datamodule.source == "sample":
             record.warn("data: evaluated on the embedded sample, not the full dataset")

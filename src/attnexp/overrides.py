@@ -12,12 +12,14 @@ import difflib
 import re
 from collections.abc import Container
 
-from hydra import compose, initialize_config_module
+from hydra import compose
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from attnexp.config import package_configs
 
 
 def _sets_a_key(override: Override, groups: Container[str]) -> bool:
@@ -109,9 +111,8 @@ def unknown_keys(config_name: str, argv: list[str]) -> list[str]:
         )
     except Exception:  # a syntax error: Hydra has said where
         return []
-    GlobalHydra.instance().clear()
     try:
-        with initialize_config_module("attnexp.conf", version_base="1.3"):
+        with package_configs():
             loader = GlobalHydra.instance().config_loader()
             options = {g: loader.get_group_options(g) for g in loader.list_groups("")}
             lines = [_one_value(o) for o in overrides]
@@ -133,5 +134,3 @@ def unknown_keys(config_name: str, argv: list[str]) -> list[str]:
             return messages
     except Exception:  # anything else: Hydra's own message stands alone
         return []
-    finally:
-        GlobalHydra.instance().clear()

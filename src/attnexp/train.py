@@ -22,7 +22,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from attnexp.build import build, check_data_dir, instantiate_checked
+from attnexp.build import build, check_data_dir, instantiate_checked, resolved_data_dir
 from attnexp.config import register_resolvers
 from attnexp.errors import ConfigError, exit_with, require_seed
 from attnexp.files import TORCH_LOAD_ERRORS
@@ -100,7 +100,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     datamodule, task = build(cfg, choices, overrides=overrides)
     record.update(
         data_source=datamodule.source,
-        data_dir=str(Path(cfg.paths.data_dir).expanduser().resolve()),
+        data_dir=resolved_data_dir(cfg.paths.data_dir),
         choices={k: v for k, v in choices.items() if not k.startswith("hydra")},
         num_params=sum(p.numel() for p in task.model.parameters()),
     )
