@@ -48,6 +48,8 @@ class BagMNISTDataModule(AttnDataModule):
     num_train_bags: bags per training epoch (null: one per training image, as in the book, so
         10 epochs match its 10 epochs), in whole batches: the incomplete last batch is dropped.
     num_eval_bags: bags per val/test set (null: pool size // mean bag size).
+    shift: training digits are moved by up to this many pixels along each axis, drawn anew every
+        epoch (a random translation; 0: none). Validation and test digits are never moved.
     """
 
     input_kind = "bags"
@@ -67,6 +69,7 @@ class BagMNISTDataModule(AttnDataModule):
         eval_variable_max: int = 6,
         num_train_bags: int | None = None,
         num_eval_bags: int | None = None,
+        shift: int = 0,
         seed: int = 0,
         num_workers: int = 0,
     ) -> None:
@@ -91,6 +94,7 @@ class BagMNISTDataModule(AttnDataModule):
                 f"variable-size test set; set data.eval_variable_max=...)"
             )
         require_non_negative("data.num_workers", num_workers)
+        require_non_negative("data.shift", shift)
         if variable and min_bag_size > bag_size:
             raise ConfigError(
                 f"data.min_bag_size={min_bag_size} is larger than data.bag_size={bag_size}"
@@ -107,7 +111,7 @@ class BagMNISTDataModule(AttnDataModule):
         )
         self.eval_bag_sizes = [int(n) for n in eval_bag_sizes]
         self.eval_variable_max = eval_variable_max
-        self.seed, self.num_workers = seed, num_workers
+        self.shift, self.seed, self.num_workers = shift, seed, num_workers
         self.splits: dict | None = None
 
     @property
@@ -157,6 +161,11 @@ class BagMNISTDataModule(AttnDataModule):
                 f"data.val_fraction={self.val_fraction} of the {len(images)} training images "
                 f"leaves {num_val} for validation bags and {len(images) - num_val} for training "
                 f"bags: each needs one (set data.val_fraction=...)"
+            )
+        if self.shift >= images.shape[-1]:
+            raise ConfigError(
+                f"data.shift={self.shift} would move a {images.shape[-1]}-pixel digit out of its "
+                f"image: it must be less than {images.shape[-1]} (set data.shift=...; 2 is usual)"
             )
         perm = torch.randperm(len(images), generator=torch.Generator().manual_seed(self.seed))
         val, train = perm[:num_val], perm[num_val:]
@@ -229,8 +238,9 @@ class BagMNISTDataModule(AttnDataModule):
         # Every DDP rank draws the same batches from the same seed; Lightning's sampler wrapper
         # then hands each rank its own share of them.
         bags = RandomBags(
-            len(images), num_bags, min_size, self.bag_size, self.batch_size, self.seed * 1000
-        )
+            len(images), num_bags, min_size, self.bag_size, self.batch_size, self.seed * 1000,
+            shift=self.shift,
+        )  # fmt: skip
         return self._fit_loader(BagPool(images, labels, self.label_rule), bags)
 
     def val_dataloader(self) -> DataLoader:

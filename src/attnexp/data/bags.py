@@ -16,7 +16,9 @@ from attnexp.data.seeds import epoch_seed
 from attnexp.errors import ConfigError
 
 LABEL_RULES = ("largest", "parity")
-Bags = tuple[torch.Tensor, torch.Tensor]  # item indices (B, T), mask (B, T)
+# item indices (B, T), mask (B, T), and for shifted training digits their moves (B, T, 2)
+Bags = tuple[torch.Tensor, ...]
+SHIFT_STREAM = 1  # epoch_seed stream of the shifts: the bags' own draws stay as they were
 
 
 def sample_bags(
@@ -27,6 +29,20 @@ def sample_bags(
     sizes = torch.randint(min_size, max_size + 1, (num_bags,), generator=generator)
     mask = torch.arange(max_size)[None, :] < sizes[:, None]
     return index * mask, mask
+
+
+def shift_images(images: torch.Tensor, moves: torch.Tensor) -> torch.Tensor:
+    """Each image (..., S, S) moved down by dy and right by dx pixels, (dy, dx) = moves (..., 2);
+    what moves in from outside is 0, MNIST's background. One gather for the whole batch."""
+    size = images.shape[-1]
+    flat, moves = images.reshape(-1, size, size), moves.reshape(-1, 2)
+    margin = int(moves.abs().max()) if moves.numel() else 0
+    padded = torch.nn.functional.pad(flat, (margin, margin, margin, margin))
+    grid = torch.arange(size) + margin
+    rows = grid[None, :] - moves[:, :1]  # output pixel (i, j) reads input (i - dy, j - dx)
+    cols = grid[None, :] - moves[:, 1:]
+    moved = padded[torch.arange(len(flat))[:, None, None], rows[:, :, None], cols[:, None, :]]
+    return moved.reshape(images.shape)
 
 
 def bag_labels(
@@ -62,8 +78,9 @@ def check_sizes(min_size: int, max_size: int) -> None:
 class BagPool(Dataset):
     """A labelled uint8 image pool (N, S, S), read a batch of bags at a time.
 
-    Indexed with bags (index (B, T), mask (B, T)) as the samplers below yield them, it returns
-    items (B, T, S, S) uint8, mask (B, T) and labels (B,).
+    Indexed with bags (index (B, T), mask (B, T)[, moves (B, T, 2)]) as the samplers below yield
+    them, it returns items (B, T, S, S) uint8, each moved by its (dy, dx) if moves are given, mask
+    (B, T) and labels (B,).
     """
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, rule: str) -> None:
@@ -74,9 +91,10 @@ class BagPool(Dataset):
         return len(self.images)
 
     def __getitem__(self, bags: Bags) -> dict[str, torch.Tensor]:
-        index, mask = bags
+        index, mask, *moves = bags
+        items = self.images[index]
         return {
-            "items": self.images[index],
+            "items": shift_images(items, moves[0]) if moves else items,
             "mask": mask,
             "labels": bag_labels(self.labels, index, mask, self.rule),
         }
@@ -120,12 +138,19 @@ class FixedBags(_BagSampler):
 class RandomBags(_BagSampler):
     """Training bags: `num_bags // batch_size` full batches of fresh bags every epoch.
 
+    With `shift` > 0 every item is also moved by up to `shift` pixels along each axis (drawn from
+    a stream of its own, so the bags are those of `shift=0`): a random translation.
+
     Full batches only: a last batch of one bag would break BatchNorm in train mode. Lightning
     calls `set_epoch` before each epoch (under DDP through its sampler wrapper, which then gives
     each rank its share of the epoch's batches).
     """
 
     epoch = 0
+
+    def __init__(self, *args, shift: int = 0, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.shift = shift
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -135,5 +160,10 @@ class RandomBags(_BagSampler):
 
     def __iter__(self) -> Iterator[Bags]:
         generator = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch))
+        shifts = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch, SHIFT_STREAM))
         for _ in range(len(self)):
-            yield self.draw(self.batch_size, generator)
+            bags = self.draw(self.batch_size, generator)
+            if self.shift:
+                size = (self.batch_size, self.max_size, 2)
+                bags += (torch.randint(-self.shift, self.shift + 1, size, generator=shifts),)
+            yield bags
