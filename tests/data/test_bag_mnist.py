@@ -58,6 +58,27 @@ def test_val_and_test_bags_fixed_per_seed_train_bags_resampled(data_dir):
     assert not torch.equal(first(a.val_dataloader())["items"], first(c.val_dataloader())["items"])
 
 
+def test_shift_moves_training_digits_only(data_dir):
+    plain, shifted = make(data_dir), make(data_dir, shift=2)
+    for a, b in zip(train_batches(plain, 1), train_batches(shifted, 1), strict=True):
+        assert torch.equal(a["labels"], b["labels"]) and torch.equal(a["mask"], b["mask"])
+        assert not torch.equal(a["items"], b["items"])
+        # the same digits, moved: no ink is made, and a 2-pixel move keeps most of it
+        assert b["items"].sum() <= a["items"].sum()
+        assert b["items"].float().sum() > 0.9 * a["items"].float().sum()
+    for loader in ("val_dataloader", "test_dataloader"):
+        want, got = getattr(plain, loader)(), getattr(shifted, loader)()
+        want, got = (want, got) if loader == "val_dataloader" else (want[0], got[0])
+        assert all(torch.equal(x["items"], y["items"]) for x, y in zip(want, got, strict=True))
+
+
+def test_shift_must_keep_the_digit_in_its_image(data_dir):
+    with pytest.raises(
+        ConfigError, match=r"data.shift=28 would move a 28-pixel digit out of its image"
+    ):
+        make(data_dir, shift=28)
+
+
 def test_variable_training_bags(data_dir):
     dm = make(data_dir, variable=True, bag_size=5, min_bag_size=2)
     sizes = torch.cat([b["mask"].sum(1) for b in dm.train_dataloader()])
@@ -87,6 +108,7 @@ def test_adapt_to_a_model_with_a_size_limit(data_dir):
         ({"eval_bag_sizes": "abc"}, r"data.eval_bag_sizes=abc: every test bag size must be a"),
         ({"eval_variable_max": "abc"}, r"data.eval_variable_max=abc must be a whole number >= 0"),
         ({"num_workers": -1}, r"data.num_workers=-1 must be a whole number >= 0"),  # failed in fit
+        ({"shift": -1}, r"data.shift=-1 must be a whole number >= 0 \(set data.shift=\.\.\.\)"),
     ],
 )
 def test_invalid_settings(tmp_path, kwargs, match):

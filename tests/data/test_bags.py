@@ -7,6 +7,7 @@ from attnexp.data.bags import (
     RandomBags,
     bag_labels,
     sample_bags,
+    shift_images,
 )
 from attnexp.data.seeds import epoch_seed
 from attnexp.errors import ConfigError
@@ -77,6 +78,53 @@ def test_epoch_seed():
     assert epoch_seed(7, 0) == 7  # epoch 0 keeps the recorded stream
     seeds = {epoch_seed(s, e) for s in range(3) for e in range(1, 4)}
     assert len(seeds) == 9 and not seeds & {0, 1, 2}
+    # a second stream of the same (seed, epoch) is another draw, epoch 0 included
+    streams = {epoch_seed(s, e, 1) for s in range(3) for e in range(0, 4)}
+    assert len(streams) == 12 and not streams & (seeds | {0, 1, 2})
+    assert epoch_seed(7, 2, 1) == epoch_seed(7, 2, 1)
+
+
+def moved_by_hand(image: torch.Tensor, dy: int, dx: int) -> torch.Tensor:
+    out = torch.zeros_like(image)
+    size = image.shape[-1]
+    for i in range(size):
+        for j in range(size):
+            if 0 <= i - dy < size and 0 <= j - dx < size:
+                out[i, j] = image[i - dy, j - dx]
+    return out
+
+
+def test_shift_images_moves_each_image_and_fills_with_background():
+    images = torch.randint(1, 256, (2, 3, 6, 6), dtype=torch.uint8)  # no pixel is 0 before
+    moves = torch.tensor([[[0, 0], [1, -2], [-2, 2]], [[2, 0], [0, -1], [-1, -1]]])
+    out = shift_images(images, moves)
+    assert out.shape == images.shape and out.dtype == torch.uint8
+    for b in range(2):
+        for t in range(3):
+            dy, dx = moves[b, t].tolist()
+            assert torch.equal(out[b, t], moved_by_hand(images[b, t], dy, dx)), (dy, dx)
+    assert torch.equal(out[0, 0], images[0, 0])  # (0, 0) leaves the image as it was
+    assert (out[1, 0, :2] == 0).all() and (out[1, 0, 2:] != 0).all()  # moved down 2: top rows empty
+
+
+def test_shifted_training_bags_are_the_same_bags_moved():
+    plain, shifted = RandomBags(6, 40, 3, 3, 8, seed=0), RandomBags(6, 40, 3, 3, 8, seed=0, shift=2)
+    for epoch in (0, 1):
+        plain.set_epoch(epoch)
+        shifted.set_epoch(epoch)
+        for (index, mask), (s_index, s_mask, moves) in zip(plain, shifted, strict=True):
+            assert torch.equal(index, s_index) and torch.equal(mask, s_mask)
+            assert moves.shape == (8, 3, 2) and moves.abs().max() <= 2
+    drawn = torch.cat([bags[2] for bags in shifted])
+    assert set(drawn.unique().tolist()) == {-2, -1, 0, 1, 2}
+    assert torch.equal(drawn, torch.cat([bags[2] for bags in shifted]))  # a function of the epoch
+    shifted.set_epoch(0)
+    assert not torch.equal(drawn, torch.cat([bags[2] for bags in shifted]))  # drawn anew per epoch
+    pool = BagPool(torch.randint(1, 256, (6, 5, 5), dtype=torch.uint8), LABELS, "largest")
+    index, mask, moves = next(iter(shifted))
+    batch = pool[(index, mask, moves)]
+    assert torch.equal(batch["items"], shift_images(pool.images[index], moves))
+    assert torch.equal(batch["labels"], pool[(index, mask)]["labels"])
 
 
 def test_batch_contents_match_labels_and_mask():

@@ -34,11 +34,12 @@ def imdb_data(root, num_workers=0):
     )
 
 
-def bag_data(root):
+def bag_data(root, shift=0):
     write_mnist(root / "data", 60, 20)
     return lambda: BagMNISTDataModule(
         data_dir=str(root / "data"),
         source="local",
+        shift=shift,
         batch_size=4,
         num_train_bags=36,
         num_eval_bags=8,
@@ -104,8 +105,14 @@ def imdb_data_in_a_worker(root):
     return imdb_data(root, num_workers=1)  # the DataLoader reads its index sampler twice then
 
 
+def shifted_bag_data(root):
+    return bag_data(root, shift=2)  # the skipped batches' shifts are drawn too
+
+
 @pytest.mark.parametrize(
-    "data", [imdb_data, bag_data, imdb_data_in_a_worker], ids=["text", "bags", "text-worker"]
+    "data",
+    [imdb_data, bag_data, imdb_data_in_a_worker, shifted_bag_data],
+    ids=["text", "bags", "text-worker", "bags-shifted"],
 )
 @pytest.mark.parametrize("stop_at", [4, BATCHES_PER_EPOCH + 5], ids=["epoch0", "epoch1"])
 def test_a_mid_epoch_resume_sees_what_the_uninterrupted_run_sees(tmp_path, data, stop_at):
