@@ -160,7 +160,8 @@ class RandomBags(_BagSampler):
 
     def __iter__(self) -> Iterator[Bags]:
         generator = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch))
-        shifts = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch, SHIFT_STREAM))
+        if self.shift:
+            shifts = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch, SHIFT_STREAM))
         for _ in range(len(self)):
             bags = self.draw(self.batch_size, generator)
             if self.shift:
