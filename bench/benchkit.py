@@ -20,6 +20,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
+from attnexp.machine import describe_machine, machine_label
 from attnexp.tasks.classification import split_batch
 
 
@@ -77,10 +78,13 @@ def setup(args: argparse.Namespace) -> None:
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
     if args.threads:
         torch.set_num_threads(args.threads)
+    print(f"machine: {machine_label(describe_machine())}", flush=True)
 
 
 def write_result(args: argparse.Namespace, result: dict) -> None:
+    """The results as JSON, with the machine that measured them (a ratio is that machine's)."""
     if args.out:
+        result = {**result, "machine": describe_machine()}
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
 
 

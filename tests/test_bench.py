@@ -33,6 +33,7 @@ def test_bench_bag_mnist(tmp_path, monkeypatch, flags):
     )  # fmt: skip
     assert result["data_source"] == "sample"
     assert result["runner"].startswith("bare" if "--bare" in flags else "ClassificationTask")
+    assert result["machine"]["torch_threads"] == 1  # the ratio is this machine's: it says which
     check_timing(result)
 
 

@@ -409,3 +409,28 @@ def test_names_in_natural_order():
         "test/acc_bag2",
         "test/acc_bag10",
     ]
+
+
+def test_the_machines_the_runs_ran_on_are_named(tmp_path):
+    zen = {"cpu": "AMD EPYC", "cpu_capability": "AVX512", "torch_threads": 1, "torch": "2.13.0"}
+    skylake = {**zen, "cpu": "Intel Xeon", "cpu_capability": "AVX2", "commit": "abc"}
+    write_run(tmp_path, "a", seed=0, machine=zen, metrics={"test/acc": 0.9})
+    write_run(tmp_path, "b", seed=1, machine=zen, metrics={"test/acc": 0.8})
+    text = report.write_report(tmp_path)["markdown"].read_text()
+    assert "Machine: AMD EPYC, AVX512, 1 torch thread, torch 2.13.0." in text
+    assert "| machine |" not in text  # one machine: no column for it
+
+    write_run(tmp_path, "c", seed=2, machine=skylake, metrics={"test/acc": 0.7})
+    write_run(tmp_path, "d", seed=3, metrics={"test/acc": 0.6})  # written before runs said
+    written = report.write_report(tmp_path)
+    text = written["markdown"].read_text()
+    assert (
+        "The runs ran on 3 machines: AMD EPYC, AVX512, 1 torch thread, torch 2.13.0 (2 runs); "
+        "Intel Xeon, AVX2, 1 torch thread, torch 2.13.0 (1 run); not recorded (1 run)."
+    ) in text
+    runs = [line for line in text.splitlines() if line.startswith("| c |")]
+    assert runs[0].endswith("| Intel Xeon, AVX2, 1 torch thread, torch 2.13.0 |")
+    rows = {r["run"]: r for r in csv.DictReader(written["csv"].open())}
+    assert rows["c"]["commit"] == "abc" and rows["d"]["machine"] == "not recorded"
+    # machines are not variants: the four seeds are averaged together
+    assert "| all runs | 0,1,2,3 | 4/4 | 0.7500 ± 0.1291 |" in text

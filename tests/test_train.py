@@ -65,6 +65,11 @@ def test_cli_run_writes_a_complete_run_dir(finished_run):
     assert record["status"] == "completed" and record["data_source"] == "sample"
     assert record["device"] == "cpu" and record["seed"] == 0 and record["duration_s"] > 0
     assert "data.batch_size=16" in record["overrides"] and record["version"]
+    machine = record["machine"]  # what computed the numbers, to tell where they repeat
+    assert (
+        machine["torch"] == torch.__version__ and machine["cpu"] and machine["torch_threads"] >= 1
+    )
+    assert machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     for key in (
         "val/acc",
         "val/acc_best",

@@ -23,6 +23,7 @@ import os
 import re
 import statistics
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +31,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from attnexp.files import not_a_folder
+from attnexp.machine import machine_label
 from attnexp.runs import METRICS_FILE, natural_key, writer_alive
 
 log = logging.getLogger(__name__)
@@ -65,6 +67,8 @@ class Run:
     evaluated: str = ""  # an evaluation record: the run dir it tested
     variant: dict[str, str] = field(default_factory=dict)
     repeat_of: str = ""  # a repeated (variant, seed): the run counted instead of this one
+    machine: str = "not recorded"  # what computed it: `machine_label` of its record
+    commit: str = ""  # the source commit it ran at, where recorded
 
     @property
     def variant_label(self) -> str:
@@ -176,6 +180,8 @@ def load_run(path: Path, root: Path) -> Run:
         started_at=str(record.get("started_at") or ""),
         config=config,
         evaluated=str(record.get("run_dir") or ""),
+        machine=machine_label(record.get("machine")),
+        commit=str((record.get("machine") or {}).get("commit") or ""),
     )
 
 
@@ -263,7 +269,7 @@ def run_rows(runs: list[Run]) -> tuple[list[str], list[dict]]:
     varied = varied_keys(runs)
     metrics = metric_columns(runs, main_only=False)
     header = ["run", "status", "seed", *varied, "epochs", "duration_s", *metrics]
-    header += ["error", "repeat_of"]
+    header += ["error", "repeat_of", "machine", "commit"]
     rows = []
     for run in runs:
         row = {
@@ -275,6 +281,8 @@ def run_rows(runs: list[Run]) -> tuple[list[str], list[dict]]:
             "duration_s": run.duration_s,
             "error": run.error,
             "repeat_of": run.repeat_of,
+            "machine": run.machine,
+            "commit": run.commit,
         }
         row.update({k: run.metrics.get(k) for k in metrics})
         rows.append(row)
@@ -338,7 +346,9 @@ def variants_markdown(runs: list[Run]) -> str:
 def runs_markdown(runs: list[Run]) -> str:
     varied = varied_keys(runs)
     metrics = metric_columns(runs, main_only=True)
+    machines = len(machine_counts(runs)) > 1
     header = ["run", "status", "seed", *varied, "epochs", *metrics, "note"]
+    header += ["machine"] if machines else []
     rows = []
     for run in runs:
         rows.append(
@@ -350,9 +360,28 @@ def runs_markdown(runs: list[Run]) -> str:
                 str(len(run.history)),
                 *(_fmt(run.metrics.get(m)) for m in metrics),
                 run.note,
+                *([run.machine] if machines else []),
             ]
         )
     return markdown_table(header, rows)
+
+
+def machine_counts(runs: list[Run]) -> dict[str, int]:
+    return dict(Counter(run.machine for run in runs).most_common())
+
+
+def machines_markdown(runs: list[Run]) -> str:
+    """Where the runs ran. The same config and seed can give a different number on a CPU with
+    other vector instructions, or with another torch or thread count, so runs from several
+    machines are not exact repeats of each other."""
+    counts = machine_counts(runs)
+    if len(counts) == 1:
+        return f"Machine: {next(iter(counts))}."
+    listed = "; ".join(f"{label} ({n} run{'' if n == 1 else 's'})" for label, n in counts.items())
+    return (
+        f"The runs ran on {len(counts)} machines: {listed}. The same config and seed can give "
+        f"another number on another machine (by about as much as another seed)."
+    )
 
 
 def evaluations_markdown(evaluations: list[Run]) -> str:
@@ -457,6 +486,7 @@ def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
         "",
         f"{len(runs)} runs: " + ", ".join(f"{n} {s}" for s, n in by_status.items()) + ".",
         "Metrics of runs not completed are from their last finished epoch.",
+        machines_markdown(runs),
     ]
     if DATA_KEY in runs[0].variant:
         sources = ", ".join(sorted({r.settings[DATA_KEY] for r in runs if DATA_KEY in r.settings}))

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 import attnexp
 from attnexp.errors import ConfigError, exit_with
 from attnexp.files import next_attempt, not_a_folder, write_atomically
+from attnexp.machine import describe_machine
 
 log = logging.getLogger(__name__)
 
@@ -312,6 +313,7 @@ class RunRecord:
             "started_at": datetime.now().isoformat(timespec="seconds"),
             "host": platform.node(),
             "pid": os.getpid(),  # with host: tells a run still going from one killed (`writer_alive`)
+            "machine": describe_machine() if write else None,
             "warnings": [],
             **(extra or {}),
         }
