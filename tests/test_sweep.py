@@ -119,6 +119,32 @@ def test_bag_table_rows_compose(compose_cfg, variant, target, backbone, attentio
     ]
 
 
+# The per-row commands docs/RESULTS.md reports for issue #2's bag targets (session 15).
+TUNED_ROWS = {
+    "simple": ["model=bag_attn", "model.attention=simple"],
+    "dot": ["model=bag_attn", "scorer=dot"],
+    "scaled_dot": ["model=bag_attn", "scorer=scaled_dot"],
+    "bilinear": ["model=bag_attn", "scorer=bilinear"],
+    "additive": ["model=bag_attn", "scorer=additive"],
+    "conv": ["model=bag_attn", "model.backbone=conv", "scorer=additive"],
+}
+
+
+@pytest.mark.parametrize("row", TUNED_ROWS)
+def test_the_tuned_bag_table_runs_the_reported_commands(compose_cfg, row):
+    """Each job of `experiment=bag_table_tuned` composes the very config of its row's command in
+    docs/RESULTS.md, so the sweep repeats those numbers (on a machine that computes alike)."""
+    swept = compose_cfg("experiment=bag_table_tuned", f"+experiment/bag={row}", "seed=1")
+    recipe = ["scheduler=cosine_warmup", "trainer.max_epochs=15", "data.shift=2", "seed=1"]
+    reported = compose_cfg(*TUNED_ROWS[row], *recipe)
+    job = [OmegaConf.to_container(cfg) for cfg in (swept, reported)]
+    for cfg in job:
+        del cfg["hydra"]  # the sweep's own settings; the job's config is the rest
+    assert job[0] == job[1]
+    params = compose_cfg("experiment=bag_table_tuned").hydra.sweeper.params
+    assert params["+experiment/bag"].split(",") == list(TUNED_ROWS)
+
+
 LAUNCHER_PLUGINS = {
     "parallel": "hydra_plugins.hydra_joblib_launcher",
     "slurm": "hydra_plugins.hydra_submitit_launcher",
