@@ -1,4 +1,5 @@
-"""attnexp.report on hand-written run records: no training, so it runs in well under a second."""
+"""attnexp.records and attnexp.report on hand-written run records: no training, so each test runs
+in well under a second."""
 
 import csv
 import json
@@ -10,7 +11,7 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
-from attnexp import report
+from attnexp import records, report
 from attnexp.runs import natural_key
 
 
@@ -140,7 +141,7 @@ def test_plots_written(sweep):
     for key in ("val_acc", "bag_size"):
         assert written[key].stat().st_size > 1000
         assert written[key].read_bytes()[:4] == b"\x89PNG"
-    curves = report.bag_size_curves(report.find_runs(sweep))
+    curves = report.bag_size_curves(records.find_runs(sweep))
     assert sorted(curves["scorer=dot"]) == [1, 3, 6]
     assert curves["scorer=dot"][1] == pytest.approx([0.92, 0.94])
 
@@ -199,7 +200,7 @@ def test_folder_of_symlinks_to_runs(sweep, tmp_path):
     for name in ("0_scorer=dot,seed=0", "2_scorer=additive,seed=0"):
         (picked / name).symlink_to(sweep / name, target_is_directory=True)
     (picked / "loop").symlink_to(picked, target_is_directory=True)  # a cycle is walked once
-    runs = report.find_runs(picked)
+    runs = records.find_runs(picked)
     assert sorted(r.name for r in runs) == ["0_scorer=dot,seed=0", "2_scorer=additive,seed=0"]
 
 
@@ -295,7 +296,7 @@ def test_repeated_seed_counts_once_in_the_bag_size_plot(tmp_path):
         ("c_seed1", 1, 0.8, "2026-01-01T00:00:00"),
     ):
         write_run(tmp_path, name, seed=seed, metrics=bag_metrics(acc), started_at=started)
-    (curve_,) = report.bag_size_curves(report.find_runs(tmp_path)).values()
+    (curve_,) = report.bag_size_curves(records.find_runs(tmp_path)).values()
     assert curve_[1] == pytest.approx([0.72, 0.82])  # b and c; a repeats b's seed
 
 
@@ -337,7 +338,7 @@ def test_explicit_default_is_the_same_variant_as_the_implicit_one(tmp_path):
         {"hydra": {"runtime": {"choices": {**choices, "hydra/launcher": "basic"}}}},
         failed / ".hydra" / "hydra.yaml",
     )
-    runs = report.find_runs(tmp_path)
+    runs = records.find_runs(tmp_path)
     assert [r.variant for r in runs] == [
         {"scorer": s} for s in ("dot", "additive") + ("additive",) * 2
     ]
@@ -364,7 +365,7 @@ def test_a_run_resumed_to_train_longer_is_not_averaged_with_shorter_ones(tmp_pat
         (resumed / ".hydra" / attempt).mkdir()
         config = {"seed": 2, "trainer": {"max_epochs": epochs}}
         OmegaConf.save(config, resumed / ".hydra" / attempt / "config.yaml")
-    runs = {run.name: run.variant for run in report.find_runs(tmp_path)}
+    runs = {run.name: run.variant for run in records.find_runs(tmp_path)}
     assert runs == {
         "seed0": {"trainer.max_epochs": "1"},
         "seed1": {"trainer.max_epochs": "1"},

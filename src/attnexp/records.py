@@ -1,0 +1,236 @@
+"""The runs under a folder, read from their records: what each was run with and what it measured.
+
+A variant is what a run was run with: its overrides, its config group choices and the values of
+its composed config (`.hydra/config.yaml`), so `scorer=additive` where additive is the default
+is the same variant as no scorer= at all; runs on other data (`data_source`, and the data dir of
+local data) are another variant. A (variant, seed) run repeated counts once: the one started
+last. Evaluation records (`python -m attnexp.evaluate`) are kept apart from the training runs.
+"""
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from attnexp.machine import machine_label
+from attnexp.runs import METRICS_FILE, natural_key, writer_alive
+
+log = logging.getLogger(__name__)
+
+NOT_VARIANT = ("seed", "resume", "paths.", "hydra.", "trainer.enable_progress_bar")
+DATA_KEY = "data_source"  # the data a run saw: sample | hub | local:<data dir>
+EVALUATE = "evaluate"  # metrics.json "kind" of an evaluation record
+KILLED = "killed"  # a record left `running` by a process that is gone
+_ABSENT = object()
+SKIP_DIRS = {"checkpoints", "tb", ".hydra", ".submitit", "__pycache__"}  # never hold run records
+
+
+@dataclass
+class Run:
+    """One run dir and what its metrics.json says."""
+
+    path: Path
+    name: str
+    status: str
+    seed: int | None
+    settings: dict[str, str]  # key -> value the run was run with (overrides, choices, config)
+    metrics: dict[str, float]
+    history: list[dict] = field(default_factory=list)
+    error: str = ""
+    duration_s: float | None = None
+    kind: str = "train"
+    started_at: str = ""
+    config: DictConfig | None = field(default=None, repr=False)  # its composed config
+    evaluated: str = ""  # an evaluation record: the run dir it tested
+    variant: dict[str, str] = field(default_factory=dict)
+    repeat_of: str = ""  # a repeated (variant, seed): the run counted instead of this one
+    machine: str = "not recorded"  # what computed it: `machine_label` of its record
+    commit: str = ""  # the source commit it ran at, where recorded
+
+    @property
+    def variant_label(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.variant.items()) or "all runs"
+
+    @property
+    def note(self) -> str:
+        if self.repeat_of:
+            return f"seed {self.seed} repeated: not counted ({self.repeat_of} is)"
+        return " ".join(self.error.split())[:200]
+
+
+def _override_key(key: str) -> str:
+    return key.lstrip("+~").rsplit("/", 1)[-1]  # +experiment/bag -> bag
+
+
+def parse_overrides(lines: list[str]) -> dict[str, str]:
+    pairs = (line.partition("=") for line in lines)
+    return {_override_key(key): value for key, _, value in pairs}
+
+
+def _text(value) -> str:
+    """A config value as typed on a command line: null, true, 0.001."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    return str(value)
+
+
+def config_value(config: DictConfig | None, key: str) -> str | None:
+    """`key`'s value in a composed config; None without one, or where `key` is not a value."""
+    if config is None:
+        return None
+    value = OmegaConf.select(config, key, default=_ABSENT, throw_on_resolution_failure=False)
+    return None if value is _ABSENT or isinstance(value, DictConfig) else _text(value)
+
+
+def _hydra_file(run_dir: Path, name: str) -> DictConfig | None:
+    """A run's `.hydra/<name>`: config.yaml is its composed config, hydra.yaml Hydra's own. A
+    resumed run's latest attempt has its own (`.hydra/resume_<time>/`): the metrics are that
+    attempt's, which may have trained longer (trainer.max_epochs=)."""
+    attempts = sorted((run_dir / ".hydra").glob(f"resume_*/{name}"))
+    path = attempts[-1] if attempts else run_dir / ".hydra" / name
+    if not path.is_file():
+        return None
+    try:
+        return OmegaConf.load(path)
+    except (OSError, yaml.YAMLError) as err:
+        log.warning("cannot read %s: %s", path, err)
+        return None
+
+
+def _data_label(record: dict, settings: dict[str, str], config: DictConfig | None) -> str:
+    """The embedded sample and the hub are the same data everywhere; local data is its dir: the
+    absolute one recorded, or (records without it) the one configured, maybe a relative path."""
+    source = record["data_source"]
+    if source != "local":
+        return source
+    data_dir = (
+        record.get("data_dir")
+        or config_value(config, "paths.data_dir")
+        or settings.get("paths.data_dir")
+    )
+    return f"local:{data_dir}" if data_dir else source
+
+
+def load_run(path: Path, root: Path) -> Run:
+    """`path` is a metrics.json; a file that cannot be read gives a row with status `unreadable`."""
+    name = str(path.parent.relative_to(root)) if path.parent != root else path.parent.name
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        log.warning("cannot read %s: %s", path, err)
+        return Run(path.parent, name, "unreadable", None, {}, {}, error=str(err))
+    if not isinstance(record, dict):  # valid JSON, but not a run record
+        error = f"holds a JSON {type(record).__name__}, not a run record (an object)"
+        log.warning("cannot read %s: %s", path, error)
+        return Run(path.parent, name, "unreadable", None, {}, {}, error=error)
+    status = record.get("status", "unknown")
+    if status == "running" and writer_alive(record) is False:  # it never got to write `failed`
+        status = KILLED
+    metrics = dict(record.get("metrics") or {})
+    history = list(record.get("history") or [])
+    if not metrics and history:  # running or failed: the last epoch it finished
+        metrics = {k: v for k, v in history[-1].items() if k not in ("epoch", "step")}
+    config = _hydra_file(path.parent, "config.yaml")
+    settings = parse_overrides(record.get("overrides") or [])
+    # The group choices Hydra composed: an explicit default is the same choice as the implicit one.
+    # A run that failed before recording them: Hydra wrote them before the job started.
+    choices = record.get("choices")
+    if choices is None:
+        hydra_cfg = _hydra_file(path.parent, "hydra.yaml")
+        choices = OmegaConf.select(hydra_cfg, "hydra.runtime.choices") if hydra_cfg else None
+    for key, value in (choices or {}).items():
+        if not key.startswith("hydra"):
+            settings[_override_key(key)] = _text(value)
+    if record.get("data_source") is not None:
+        settings[DATA_KEY] = _data_label(record, settings, config)
+    return Run(
+        path=path.parent,
+        name=name,
+        status=status,
+        seed=record.get("seed"),
+        settings=settings,
+        metrics={k: float(v) for k, v in metrics.items() if isinstance(v, int | float)},
+        history=history,
+        error=str(record.get("error") or ""),
+        duration_s=record.get("duration_s"),
+        kind=record.get("kind") or "train",
+        started_at=str(record.get("started_at") or ""),
+        config=config,
+        evaluated=str(record.get("run_dir") or ""),
+        machine=machine_label(record.get("machine")),
+        commit=str((record.get("machine") or {}).get("commit") or ""),
+    )
+
+
+def find_runs(root: Path) -> list[Run]:
+    """Every training run under `root` (a run dir is a folder holding metrics.json)."""
+    return find_records(root)[0]
+
+
+def find_records(root: Path) -> tuple[list[Run], list[Run]]:
+    """The training runs under `root`, with their variants, and the evaluation records; each in
+    a stable order."""
+    paths = sorted(_record_files(root), key=lambda p: natural_key(str(p.relative_to(root))))
+    records = [load_run(p, root) for p in paths]
+    runs = [run for run in records if run.kind != EVALUATE]
+    keys = {k for run in runs for k in run.settings}
+    for run in runs:  # a key set in some runs only: the others' value is in their config
+        for key in keys:
+            value = config_value(run.config, key)
+            if value is not None:
+                run.settings[key] = value
+    varied = varied_keys(runs)
+    for run in runs:
+        run.variant = {k: run.settings.get(k, "-") for k in varied}
+    mark_repeats(runs)
+    return runs, [run for run in records if run.kind == EVALUATE]
+
+
+def mark_repeats(runs: list[Run]) -> None:
+    """Runs of one variant with the same seed are not independent: one counts, the completed one
+    started last (on a tie, the last listed), or where none completed, the one started last (a
+    failed or killed seed run again counts once); the others get `repeat_of`."""
+    same: dict[tuple[str, int], list[Run]] = {}
+    for run in runs:
+        if run.seed is not None:
+            same.setdefault((run.variant_label, run.seed), []).append(run)
+    for group in same.values():
+        completed = [r for r in group if r.status == "completed"]
+        counted = sorted(completed or group, key=lambda r: r.started_at)[-1]
+        for run in group:
+            if run is not counted:
+                run.repeat_of = counted.name
+                log.warning(
+                    "%s repeats seed %s of %s: not counted", run.name, run.seed, counted.name
+                )
+
+
+def _record_files(root: Path) -> list[Path]:
+    """Every metrics.json under root, following symlinked run dirs (a hand-picked folder of links
+    to runs is a comparison too), each real folder once."""
+    found, seen = [], set()
+    for folder, subdirs, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:
+            subdirs[:] = []
+            continue
+        seen.add(real)
+        subdirs[:] = [d for d in subdirs if d not in SKIP_DIRS]
+        if METRICS_FILE in files:
+            found.append(Path(folder) / METRICS_FILE)
+    return found
+
+
+def varied_keys(runs: list[Run]) -> list[str]:
+    """Settings whose value differs between runs (seeds aside): what tells variants apart."""
+    keys = sorted({k for run in runs for k in run.settings if not k.startswith(NOT_VARIANT)})
+    # A run that failed before loading its data has no data_source: unknown, not other data.
+    return [
+        k
+        for k in keys
+        if len({run.settings.get(k) for run in runs if k != DATA_KEY or k in run.settings}) > 1
+    ]
