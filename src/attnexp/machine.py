@@ -52,8 +52,8 @@ def _git(*args: str) -> str | None:
 
 def source_commit() -> str | None:
     """The git commit the running code was checked out at, with "+dirty" when the checkout differs
-    from it (changed or new files that git does not ignore); None when the code is not a git checkout's tracked files (a `pip install .`, even into
-    a .venv inside the checkout, whose copy git does not track)."""
+    from it (changed or new files that git does not ignore). None when the running code is not
+    tracked by a checkout: a `pip install .`, even into a .venv inside the checkout."""
     if _git("ls-files", "--error-unmatch", "__init__.py") is None:
         return None
     commit = _git("rev-parse", "HEAD")

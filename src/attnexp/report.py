@@ -7,7 +7,8 @@ runs' `metrics.json` and `.hydra/`, so it works on incomplete sweeps and on runs
 (their last epoch is shown and the status says `running`; `killed` where the process that wrote
 `running` is gone from this machine).
 
-Which runs are variants of one another, and which repeat a seed, is `attnexp.records`' to say.
+Which runs are variants of one another, and which one counts where a seed is repeated: see
+`attnexp.records`.
 Evaluation records (`python -m attnexp.evaluate`) are listed apart, not counted as runs.
 """
 
