@@ -683,6 +683,16 @@ def test_missing_and_corrupt_data_files(compose_cfg, tmp_path):
         built(compose_cfg)
 
 
+def test_training_length_keys_need_no_plus(compose_cfg, tmp_path):
+    """Lightning users stop a run by epochs or by steps: both keys are in every trainer config."""
+    for trainer in ("default", "cpu"):
+        cfg = compose_cfg(f"trainer={trainer}", "trainer.max_epochs=2", "trainer.max_steps=7")
+        built = instantiate(
+            cfg.trainer, default_root_dir=str(tmp_path), logger=False, enable_checkpointing=False
+        )
+        assert (built.max_epochs, built.max_steps) == (2, 7)
+
+
 def test_data_dir_that_does_not_exist(compose_cfg, tmp_path):
     cfg = compose_cfg("trainer.max_epochs=1")  # compose_cfg sets paths.data_dir=<tmp>/data: absent
     # the folders named come from the DataModules of conf/data/ (a new dataset joins them)
