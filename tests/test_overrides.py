@@ -27,7 +27,7 @@ from attnexp.overrides import unknown_keys
         (
             ["-m", "model=lstm_attn", "scorer=dot,additive", "trainer.max_epoch=1,2"],
             "trainer.max_epoch=1,2: trainer (trainer=default) has no key 'max_epoch'; did you "
-            "mean trainer.max_epochs or trainer.min_epochs?",
+            "mean trainer.max_epochs, trainer.min_epochs or trainer.max_steps?",
         ),
         # Hydra sets no key through an interpolation (model.scorer: ${scorer}), existing or not
         (

@@ -90,7 +90,8 @@ def _explain(cfg: DictConfig, override: Override, options: dict[str, list[str]])
     choice = OmegaConf.select(cfg, f"hydra.runtime.choices.{parent}", default=None)
     where = f"{parent} ({parent}={choice})" if choice else parent or "the config"
     close = [".".join([*parts[:depth], k]) for k in difflib.get_close_matches(part, candidates)]
-    hint = f"; did you mean {' or '.join(close)}?" if close else "."
+    alternatives = ", ".join(close[:-1]) + " or " + close[-1] if len(close) > 1 else "".join(close)
+    hint = f"; did you mean {alternatives}?" if close else "."
     listing = f" Its keys: {', '.join(have)}." if have else " It has no keys to set."
     return (
         f"{line}: {where} has no key '{part}'{hint}{listing} (To add a new key on purpose, "
