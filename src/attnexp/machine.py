@@ -16,6 +16,7 @@ import torch
 
 CPUINFO = Path("/proc/cpuinfo")
 PACKAGE_DIR = Path(__file__).resolve().parent
+NOT_RECORDED = "not recorded"  # the machine of a record written before runs recorded it
 
 
 def cpu_model(cpuinfo: Path = CPUINFO) -> str:
@@ -91,7 +92,7 @@ def machine_label(machine: dict | None) -> str:
     """One line naming what decides the numbers: "AMD EPYC (...), AVX512, 1 torch thread, torch
     2.13.0+cpu"; "not recorded" for a record written before runs recorded their machine."""
     if not machine:
-        return "not recorded"
+        return NOT_RECORDED
     threads = machine.get("torch_threads")
     parts = [
         str(machine.get("cpu")),

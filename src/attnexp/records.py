@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from attnexp.machine import machine_label
+from attnexp.machine import NOT_RECORDED, machine_label
 from attnexp.runs import METRICS_FILE, natural_key, writer_alive
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ class Run:
     evaluated: str = ""  # an evaluation record: the run dir it tested
     variant: dict[str, str] = field(default_factory=dict)
     repeat_of: str = ""  # a repeated (variant, seed): the run counted instead of this one
-    machine: str = "not recorded"  # what computed it: `machine_label` of its record
+    machine: str = NOT_RECORDED  # what computed it: `machine_label` of its record
     commit: str = ""  # the source commit it ran at, where recorded
 
     @property
