@@ -78,13 +78,14 @@ def setup(args: argparse.Namespace) -> None:
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"machine: {machine_label(describe_machine())}", flush=True)
+    args.machine = describe_machine()  # after the thread count is set: it is part of the record
+    print(f"machine: {machine_label(args.machine)}", flush=True)
 
 
 def write_result(args: argparse.Namespace, result: dict) -> None:
     """The results as JSON, with the machine that measured them (a ratio is that machine's)."""
     if args.out:
-        result = {**result, "machine": describe_machine()}
+        result = {**result, "machine": args.machine}
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
 
 

@@ -34,8 +34,12 @@ def cpu_model(cpuinfo: Path = CPUINFO) -> str:
                 break
             continue
         fields.setdefault(key.strip(), value.strip())
-    name = fields.get("model name") or fields.get("Model") or platform.processor()
-    name = name or platform.machine()
+    name = (
+        fields.get("model name")
+        or fields.get("Model")
+        or platform.processor()
+        or platform.machine()
+    )
     if "cpu family" in fields and "model" in fields:
         name += f" (family {fields['cpu family']}, model {fields['model']})"
     return name
