@@ -390,6 +390,7 @@ def test_resume_errors(tmp_path):
     with pytest.raises(ConfigError, match=r"differing: model.hidden_size, scorer\)") as err:
         check_resume(str(run_dir), ["seed=1", "model.hidden_size=8", "scorer=dot"])
     assert f"python -m attnexp model.hidden_size=16 seed=1 resume={run_dir}" in str(err.value)
+    assert "data.num_workers, paths.* may change" in str(err.value)
     assert Path(resolve_run_dir("auto", str(tmp_path), ["seed=1"])).parent == tmp_path  # none: new
     # resume=auto finds the run also when a setting that may change does (train longer)
     runs_root = run_dir.parent

@@ -43,6 +43,8 @@ RESUME_MAY_CHANGE = (
     "data.num_workers",
     "paths.",
 )
+# How the refusal names them: "paths." is every key under paths.
+MAY_CHANGE_NAMES = ", ".join(f"{key}*" if key.endswith(".") else key for key in RESUME_MAY_CHANGE)
 
 
 def natural_key(name: str) -> list:
@@ -140,7 +142,7 @@ def check_resume(resume: str, overrides: list[str]) -> None:
         raise ConfigError(
             f"resume={resume}: that run was started with other settings (differing: "
             f"{', '.join(differ)}). A resumed run continues with its own settings; only "
-            f"{', '.join(RESUME_MAY_CHANGE)} may change. To resume it: python -m attnexp "
+            f"{MAY_CHANGE_NAMES} may change. To resume it: python -m attnexp "
             f"{' '.join([*_by_key(saved).values(), override_arg(RESUME_KEY, resume)])}"
         )
 

@@ -63,7 +63,8 @@ def cjk_font() -> font_manager.FontProperties | None:
             return font_manager.FontProperties(fname=str(path))
     log.warning(
         "no CJK font found: attention heatmaps label Chinese characters by code point (U+XXXX). "
-        "Install one: pip install 'attnexp[cjk]' (the mplfonts package), or apt-get install fonts-noto-cjk"
+        "Install one: pip install 'attnexp[cjk]' (in a source checkout: pip install -e '.[cjk]'; the "
+        "mplfonts package), or apt-get install fonts-noto-cjk"
     )
     return None
 
