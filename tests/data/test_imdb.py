@@ -65,8 +65,24 @@ def test_val_split_blocks_and_bad_value(tmp_path):
     texts = pq.read_table(folder / "train.parquet")["text"].to_pylist()
     held = [texts[i] for i in [*range(6), *range(30, 36)]]
     assert [list(ids) for ids in dm.splits["val"].ids] == encode_texts(dm.tokenizer, held, 20)
+    # Runs of 5 (data.val_block=5): each label's 6 held-out reviews are one whole run of 5 and the
+    # first review of another run, never 6 scattered reviews.
+    dm = make_dm(tmp_path, val_fraction=0.2, val_split="blocks", val_block=5)
+    dm.setup("fit")
+    row_of = {tuple(ids): i for i, ids in enumerate(encode_texts(dm.tokenizer, texts, 20))}
+    assert len(row_of) == len(texts)  # every review encodes differently: rows are identifiable
+    held = [row_of[tuple(ids)] for ids in dm.splits["val"].ids]
+    for label_start in (0, 30):
+        runs = Counter((r - label_start) // 5 for r in held if label_start <= r < label_start + 30)
+        assert sorted(runs.values()) == [1, 5]
+        single = next(run for run, n in runs.items() if n == 1)
+        assert label_start + 5 * single in held
+    assert sorted(held) != [*range(6), *range(30, 36)]  # not the runs of 250's pick (above)
     with pytest.raises(ConfigError, match="data.val_split"):
         make_dm(tmp_path, val_split="movies")
+    for bad in (0, -3, 2.5):
+        with pytest.raises(ConfigError, match=rf"data.val_block={bad}: .* integer >= 1"):
+            make_dm(tmp_path, val_split="blocks", val_block=bad)
     with pytest.raises(ConfigError, match="data.val_from"):
         make_dm(tmp_path, val_from="dev")
 

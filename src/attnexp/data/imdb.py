@@ -7,10 +7,11 @@ drawn from the official train split: 1,600 train + 400 test, WARNING, `data_sour
 
 Splits: validation = `val_fraction` (default 0.1: 2,500 reviews) of the training set, stratified by
 label (local copies are sorted by label) and drawn from `data.seed`, which follows the run's `seed`
-(so each seed has its own split, vocabulary and training set; `data.seed=0` keeps one split for
+(so each seed has its own split, vocabulary and training set; `data.split_seed=0` keeps one split for
 every run seed); train = the other 22,500; test = the official 25,000. `val_split` picks the held-out reviews one by one ("random") or in runs of
-consecutive review ids ("blocks"): aclImdb numbers the reviews of a movie consecutively, so runs keep
-most validation movies out of training, as the official test set keeps all of its movies out.
+`val_block` consecutive review ids ("blocks"): aclImdb numbers the reviews of a movie consecutively,
+so runs keep most validation movies out of training, as the official test set keeps all of its
+movies out.
 `val_from=test` carves the validation reviews out of the test set instead (with `val_fraction=0.5`,
 the split of a PyTorch port of the nndl chapter's code: train on all 25,000, validate on half of the
 test reviews, test on the other half). Tokenizer, token-id cache, batches and figures: see
@@ -29,7 +30,6 @@ log = logging.getLogger(__name__)
 
 VAL_SPLITS = ("random", "blocks")
 VAL_SOURCES = ("train", "test")
-VAL_BLOCK = 250  # reviews per held-out run (val_split=blocks); a movie has at most 30 reviews
 
 
 def _review_id(path: Path) -> tuple[int, str]:
@@ -56,9 +56,12 @@ def _read_acl_folder(folder: Path) -> Split:
 
 class IMDBDataModule(TextClassificationDataModule):
     """Args (the others: see `TextClassificationDataModule`):
-    val_split: "random" (single reviews) or "blocks" (runs of VAL_BLOCK consecutive reviews:
+    val_split: "random" (single reviews) or "blocks" (runs of `val_block` consecutive reviews:
         mostly other movies than the training reviews'; needs the reviews in aclImdb id order, as
         the local parquet and aclImdb copies are).
+    val_block: reviews per held-out run with val_split=blocks (a movie has at most 30 reviews of
+        a label; in the training parquet two reviews 20 ids apart share no more rare words than
+        two random reviews do).
     val_from: the split the validation reviews are carved from: "train" (default) or "test" (then
         all training reviews train, and the test metrics cover the rest of the test set only).
     """
@@ -82,7 +85,13 @@ class IMDBDataModule(TextClassificationDataModule):
     )
 
     def __init__(
-        self, data_dir: str, *, val_split: str = "random", val_from: str = "train", **kwargs: Any
+        self,
+        data_dir: str,
+        *,
+        val_split: str = "random",
+        val_block: int = 250,
+        val_from: str = "train",
+        **kwargs: Any,
     ) -> None:
         super().__init__(data_dir, **kwargs)
         for key, value, choices in (
@@ -93,7 +102,12 @@ class IMDBDataModule(TextClassificationDataModule):
                 raise ConfigError(
                     f"data.{key} '{value}' is not one of {', '.join(choices)} (set data.{key}=...)"
                 )
-        self.val_split, self.val_from = val_split, val_from
+        if isinstance(val_block, bool) or not isinstance(val_block, int) or val_block < 1:
+            raise ConfigError(
+                f"data.val_block={val_block!r}: the reviews per held-out run must be an integer "
+                f">= 1 (set data.val_block=...)"
+            )
+        self.val_split, self.val_block, self.val_from = val_split, val_block, val_from
 
     def load_local(self, folder: Path) -> dict[str, Split]:
         if all((folder / f"{s}.parquet").is_file() for s in SPLITS):
@@ -107,7 +121,7 @@ class IMDBDataModule(TextClassificationDataModule):
         )
 
     def split_parts(self, raw: dict[str, Split]) -> dict[str, Split]:
-        block = VAL_BLOCK if self.val_split == "blocks" else 1
+        block = self.val_block if self.val_split == "blocks" else 1
         parts = self.carve_validation(raw, self.val_from, block)
         if self.val_from == "test":
             log.warning(
