@@ -24,7 +24,7 @@ from typing import Any
 
 from attnexp.data.text import not_utf8
 from attnexp.data.text_classification import SPLITS, Split, TextClassificationDataModule
-from attnexp.errors import ConfigError
+from attnexp.errors import ConfigError, require_positive
 
 log = logging.getLogger(__name__)
 
@@ -102,11 +102,7 @@ class IMDBDataModule(TextClassificationDataModule):
                 raise ConfigError(
                     f"data.{key} '{value}' is not one of {', '.join(choices)} (set data.{key}=...)"
                 )
-        if isinstance(val_block, bool) or not isinstance(val_block, int) or val_block < 1:
-            raise ConfigError(
-                f"data.val_block={val_block!r}: the reviews per held-out run must be an integer "
-                f">= 1 (set data.val_block=...)"
-            )
+        require_positive("data.val_block", val_block)
         self.val_split, self.val_block, self.val_from = val_split, val_block, val_from
 
     def load_local(self, folder: Path) -> dict[str, Split]:
