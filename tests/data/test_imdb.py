@@ -98,6 +98,43 @@ def test_val_from_test_trains_on_all_training_reviews(tmp_path, caplog):
     assert "val_from=test" in caplog.text
 
 
+def test_train_fraction_keeps_a_stratified_share_of_the_training_reviews(tmp_path):
+    write_imdb(tmp_path / "data", num_train=60, num_test=40)
+    dm = make_dm(tmp_path, val_fraction=0.2, train_fraction=0.5)
+    dm.setup("fit")
+    assert Counter(dm.splits["train"].labels) == {0: 12, 1: 12}  # half of the 48 left by val
+    assert len(dm.splits["val"]) == 12 and len(dm.splits["test"]) == 40
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_train_fraction_with_val_from_test_trains_on_a_val_from_train_runs_reviews(tmp_path, seed):
+    """0.9 of the training set, drawn from the split seed as val_fraction=0.1 draws the held-out
+    reviews: the reviews a default run of the same seed trains on (and so the same tokenizer)."""
+    write_imdb(tmp_path / "data", num_train=60, num_test=40)
+    default = make_dm(tmp_path, val_fraction=0.1, seed=seed)
+    port = make_dm(tmp_path, val_fraction=0.5, val_from="test", train_fraction=0.9, seed=seed)
+    for dm in (default, port):
+        dm.setup("fit")
+    assert len(port.splits["train"]) == 54
+    assert port.tokenizer.get_vocab() == default.tokenizer.get_vocab()
+    assert port.splits["train"].ids == default.splits["train"].ids
+
+
+@pytest.mark.parametrize("bad", [0, -0.1, 1.5, True, "half"])
+def test_train_fraction_outside_0_1_is_refused(tmp_path, bad):
+    with pytest.raises(ConfigError, match=r"data.train_fraction=.* between 0 \(exclusive\) and 1"):
+        make_dm(tmp_path, train_fraction=bad)
+
+
+def test_train_fraction_that_keeps_nothing_is_refused(tmp_path):
+    write_imdb(tmp_path / "data", num_train=20, num_test=10)
+    dm = make_dm(tmp_path, val_fraction=0.5, train_fraction=0.01)
+    with pytest.raises(
+        ConfigError, match=r"data.train_fraction=0.01 of the 10 training reviews keeps none"
+    ):
+        dm.setup("fit")
+
+
 def test_acl_folder_layout(tmp_path):
     root = tmp_path / "data" / "imdb" / "aclImdb"
     for split in ("train", "test"):

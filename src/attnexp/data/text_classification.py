@@ -131,6 +131,10 @@ class TextClassificationDataModule(AttnDataModule):
         epoch_order: "reshuffle" (new training batches each epoch) or "repeat" (epoch 0's batches
             every epoch, as the runs recorded before this option did).
         val_fraction: share of the training texts held out (stratified by label) for validation.
+        train_fraction: share of the training texts that train, after validation is carved out
+            (stratified by label, drawn from the split seed as the held-out texts are): 1 keeps
+            all; less makes a learning curve, or trains a `val_from=test` run on the texts a
+            `val_from=train` run of the same seed trains on (0.9 with val_fraction 0.1).
         seed / split_seed: `seed` draws the batch orders, and the held-out texts unless
             `split_seed` is given (then every run seed validates on the same texts).
         tokenizer_path: reuse a saved tokenizer (file or run dir) instead of training one.
@@ -158,6 +162,7 @@ class TextClassificationDataModule(AttnDataModule):
         truncation: str = "head",
         batch_size: int = 128,
         val_fraction: float = 0.1,
+        train_fraction: float = 1.0,
         pool_batches: int = 50,
         epoch_order: str = "reshuffle",
         tokenizer_path: str | None = None,
@@ -176,6 +181,7 @@ class TextClassificationDataModule(AttnDataModule):
         ):
             require_positive(f"data.{key}", value)
         require_fraction("data.val_fraction", val_fraction)
+        require_fraction("data.train_fraction", train_fraction, upto_one=True)
         require_non_negative("data.num_workers", num_workers)
         require_seed("data.split_seed", split_seed)
         check_epoch_order(epoch_order)
@@ -191,6 +197,7 @@ class TextClassificationDataModule(AttnDataModule):
         self.max_seq_len, self.batch_size, self.pool_batches = max_seq_len, batch_size, pool_batches
         self.truncation = truncation
         self.val_fraction, self.seed, self.num_workers = val_fraction, seed, num_workers
+        self.train_fraction = train_fraction
         self.split_seed = seed if split_seed is None else split_seed
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
         blocker = not_a_folder(self.cache_dir)
@@ -333,6 +340,7 @@ class TextClassificationDataModule(AttnDataModule):
             self.load_sample if self.has_sample else None,
         )
         parts = self.split_parts(raw)
+        parts["train"] = self.thin_training(parts["train"])
         self.check_training_split(parts["train"])
         if self.tokenizer is None:
             self.tokenizer = self._train_tokenizer(parts["train"]["text"])
@@ -358,6 +366,25 @@ class TextClassificationDataModule(AttnDataModule):
             self.tokenizer.get_vocab_size(),
             self.max_seq_len,
         )
+
+    def thin_training(self, train: Split) -> Split:
+        """The `train_fraction` share of the training texts (all of them at 1)."""
+        if self.train_fraction == 1:
+            return train
+        keep, _ = stratified_split(train["label"], 1 - self.train_fraction, self.split_seed)
+        if not keep:
+            raise ConfigError(
+                f"data.train_fraction={self.train_fraction} of the {len(train['label'])} training "
+                f"{self.noun} keeps none (set data.train_fraction=...)"
+            )
+        self._log.info(
+            "training on %d of the %d training %s (data.train_fraction=%s)",
+            len(keep),
+            len(train["label"]),
+            self.noun,
+            self.train_fraction,
+        )
+        return subset(train, keep)
 
     def check_training_split(self, train: Split) -> None:
         """Data that would train without an error and teach nothing is refused: a training split
