@@ -24,11 +24,10 @@ def require_non_negative(key: str, value: int) -> None:
 def require_fraction(key: str, value: float, *, upto_one: bool = False) -> None:
     """Shares strictly between 0 and 1 (a held-out split that leaves both sides something), or
     with `upto_one` in (0, 1] (a share kept, where 1 keeps everything)."""
-    top_ok = upto_one and value == 1
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
-        or not (0 < value < 1 or top_ok)
+        or not (0 < value < 1 or (upto_one and value == 1))
     ):
         bounds = "0 (exclusive) and 1 (inclusive)" if upto_one else "0 and 1 (exclusive)"
         raise ConfigError(f"{key}={value} must be between {bounds} (set {key}=...)")
