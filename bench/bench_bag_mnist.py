@@ -2,6 +2,7 @@
 
     python bench/bench_bag_mnist.py --data-dir /work/shared/data   # real MNIST
     python bench/bench_bag_mnist.py                                 # default data/ or the sample
+    python bench/bench_bag_mnist.py --device cuda --precision bf16-mixed
 
 Both sides train the same BagAttention (MLP backbone, additive context attention, hidden 256) with
 Adam (lr 1e-3) on bags of 3 from the same BagMNISTDataModule: fresh training bags drawn by the
@@ -52,48 +53,45 @@ def adam(params):
     return torch.optim.Adam(params, lr=1e-3)
 
 
-def plain_loop(
-    dm: BagMNISTDataModule, model: torch.nn.Module, batches: int, warmup: int, metrics: bool
-) -> float:
+def plain_loop(dm: BagMNISTDataModule, model: torch.nn.Module, args: argparse.Namespace) -> float:
+    cuda, warmup = args.device == "cuda", args.warmup
+    model.to(args.device).train()
     optimizer = adam(model.parameters())
-    train_stats = ClassificationStats(dm.num_classes) if metrics else None
-    model.train()
+    train_stats = (
+        ClassificationStats(dm.num_classes).to(args.device) if args.plain_metrics else None
+    )
     bags, start = 0, None
     for i, batch in enumerate(dm.train_dataloader()):
-        if i == warmup + batches:
+        if i == warmup + args.batches:
             break
         if i == warmup:
-            start = benchkit.clock()
-        batch = dm.on_after_batch_transfer(batch, 0)
-        logits = model(items=batch["items"], mask=batch["mask"])
-        loss = F.cross_entropy(logits, batch["labels"])
+            start = benchkit.clock(cuda)
+        batch = dm.on_after_batch_transfer(benchkit.to_device(batch, args.device), 0)
+        with benchkit.autocast(args):
+            logits = model(items=batch["items"], mask=batch["mask"])
+            loss = F.cross_entropy(logits, batch["labels"])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         if train_stats is not None:
             train_stats.update(logits.detach(), batch["labels"], loss)
         bags += len(batch["labels"]) if i >= warmup else 0
-    rate = bags / (benchkit.clock() - start)
+    rate = bags / (benchkit.clock(cuda) - start)
     if train_stats is not None:
         train_stats.compute()  # once per epoch: outside the window, as on the runner side
     return rate
 
 
-def runner(
-    dm: BagMNISTDataModule,
-    model: torch.nn.Module,
-    batches: int,
-    warmup: int,
-    full: bool,
-    bare: bool = False,
-) -> float:
+def runner(dm: BagMNISTDataModule, model: torch.nn.Module, args: argparse.Namespace) -> float:
     task = (
-        benchkit.BareTask(model, adam) if bare else ClassificationTask(model, dm.num_classes, adam)
+        benchkit.BareTask(model, adam)
+        if args.bare
+        else ClassificationTask(model, dm.num_classes, adam)
     )
-    timer = benchkit.WindowTimer(warmup)
+    timer = benchkit.WindowTimer(args.warmup)
     out = tempfile.mkdtemp()
     extra = {}
-    if full:
+    if args.full:
         extra = {
             "logger": TensorBoardLogger(out, name="tb", version=""),
             "callbacks": [timer, ModelCheckpoint(dirpath=f"{out}/checkpoints", save_last=True)],
@@ -101,9 +99,10 @@ def runner(
     trainer = benchkit.bench_trainer(
         timer,
         logger=extra.get("logger", False),
-        enable_checkpointing=full,
+        enable_checkpointing=args.full,
         callbacks=extra.get("callbacks", [timer]),
-        limit_train_batches=warmup + batches,
+        limit_train_batches=args.warmup + args.batches,
+        **benchkit.trainer_device(args),
         log_every_n_steps=20,
         default_root_dir=out,
     )
@@ -123,20 +122,18 @@ def main() -> None:
         "--plain-metrics", action="store_true", help="the plain loop computes the train metrics too"
     )
     benchkit.timing_args(parser, batches=30, warmup=5, rounds=20, bare=True)
+    benchkit.device_args(parser)
     args = parser.parse_args()
     benchkit.setup(args)
     dm = BagMNISTDataModule(args.data_dir, batch_size=args.batch_size, bag_size=3)
     dm.setup("fit")
 
-    def plain() -> float:
-        model = make_model(dm, args.hidden)
-        return plain_loop(dm, model, args.batches, args.warmup, args.plain_metrics)
-
-    def run() -> float:
-        model = make_model(dm, args.hidden)
-        return runner(dm, model, args.batches, args.warmup, args.full, args.bare)
-
-    timing = benchkit.paired_rounds(args.rounds, plain, run, "bags/s")
+    timing = benchkit.paired_rounds(
+        args.rounds,
+        lambda: plain_loop(dm, make_model(dm, args.hidden), args),
+        lambda: runner(dm, make_model(dm, args.hidden), args),
+        "bags/s",
+    )
     results = {
         "data_source": dm.source,
         "runner": ("bare LightningModule, " if args.bare else "ClassificationTask, ")
@@ -147,6 +144,8 @@ def main() -> None:
         ),
         "plain_metrics": args.plain_metrics,
         "threads": torch.get_num_threads(),
+        "device": args.device,
+        "precision": args.precision,
         "batch_size": args.batch_size,
         "batches": args.batches,
         **timing,

@@ -43,38 +43,31 @@ def runner_segment(dm, vocab_size, batches, warmup, args) -> float:
         make_model(vocab_size, 0), 2, optimizer=partial(torch.optim.Adam, lr=1e-3)
     )
     trainer = benchkit.bench_trainer(
-        timer,
-        accelerator=args.device,
-        devices=1,
-        precision=args.precision,
-        limit_train_batches=warmup + batches,
+        timer, **benchkit.trainer_device(args), limit_train_batches=warmup + batches
     )
     trainer.fit(task, train_dataloaders=dm.train_dataloader())
     return timer.rate
 
 
 def plain_segment(dm, vocab_size, batches, warmup, args) -> float:
-    device = torch.device(args.device)
-    model = make_model(vocab_size, 0).to(device).train()
+    cuda = args.device == "cuda"
+    model = make_model(vocab_size, 0).to(args.device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    autocast = torch.autocast(
-        device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16-mixed"
-    )
     reviews, start = 0, None
     for i, batch in enumerate(dm.train_dataloader()):
         if i == warmup + batches:
             break
         if i == warmup:
-            start = benchkit.clock(device.type == "cuda")
-        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-        with autocast:
+            start = benchkit.clock(cuda)
+        batch = benchkit.to_device(batch, args.device)
+        with benchkit.autocast(args):
             logits = model(batch["input_ids"], batch["mask"])
             loss = F.cross_entropy(logits, batch["labels"])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         reviews += len(batch["labels"]) if i >= warmup else 0
-    return reviews / (benchkit.clock(device.type == "cuda") - start)
+    return reviews / (benchkit.clock(cuda) - start)
 
 
 def tokenization_throughput(texts: list[str]) -> dict:
@@ -103,8 +96,7 @@ def main() -> None:
     benchkit.timing_args(parser, batches=8, warmup=2, rounds=10)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--max-seq-len", type=int, default=256)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--precision", default="32-true", help="32-true | bf16-mixed")
+    benchkit.device_args(parser)
     parser.add_argument("--cache-dir", default=None)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)

@@ -4,6 +4,7 @@ custom blocks with and without F.scaled_dot_product_attention.
 
     python bench/bench_lcqmc.py --data-dir /work/shared/data      # real pairs (reduced protocol)
     python bench/bench_lcqmc.py                                    # generated pairs, anywhere
+    python bench/bench_lcqmc.py --device cuda --precision bf16-mixed
 
 Each segment trains `--batches` batches (after `--warmup` untimed ones); runner and plain segments
 are paired in `--rounds` short rounds and the median of the per-round ratios is reported with its
@@ -23,6 +24,7 @@ from torch.utils.data import DataLoader
 from attnexp.data.lcqmc import LCQMCDataModule
 from attnexp.models.transformer import TransformerMatcher
 from attnexp.tasks import ClassificationTask
+from attnexp.tasks.classification import split_batch
 from attnexp.tasks.optim import linear_warmup_decay, param_groups
 
 CHARS = "电脑怎么录像如何在计算机上视频手机充电为什么不能用哪里可以买到好吃的苹果天气明会下雨"
@@ -50,29 +52,31 @@ def optimizer_for(model: torch.nn.Module, steps: int):
     return optimizer, linear_warmup_decay(optimizer, steps)
 
 
-def plain_loop(model, batches: list[dict], warmup: int) -> float:
+def plain_loop(model, batches: list[dict], args: argparse.Namespace) -> float:
+    cuda, warmup = args.device == "cuda", args.warmup
+    model.to(args.device).train()
     optimizer, scheduler = optimizer_for(model, len(batches))
-    model.train()
     for i, batch in enumerate(batches):
         if i == warmup:
-            start = benchkit.clock()
-        inputs = {k: v for k, v in batch.items() if k != "labels"}
-        loss = F.cross_entropy(model(**inputs), batch["labels"])
+            start = benchkit.clock(cuda)
+        inputs, labels = split_batch(benchkit.to_device(batch, args.device))
+        with benchkit.autocast(args):
+            loss = F.cross_entropy(model(**inputs), labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         scheduler.step()
     pairs = sum(len(b["labels"]) for b in batches[warmup:])
-    return pairs / (benchkit.clock() - start)
+    return pairs / (benchkit.clock(cuda) - start)
 
 
-def runner(model, batches: list[dict], warmup: int) -> float:
+def runner(model, batches: list[dict], args: argparse.Namespace) -> float:
     def factory(params):
         return torch.optim.AdamW(params, lr=5e-4)
 
     task = ClassificationTask(model, 2, factory, linear_warmup_decay, weight_decay=0.01)
-    timer = benchkit.WindowTimer(warmup)
-    trainer = benchkit.bench_trainer(timer)
+    timer = benchkit.WindowTimer(args.warmup)
+    trainer = benchkit.bench_trainer(timer, **benchkit.trainer_device(args))
     loader = DataLoader(batches, batch_size=None, shuffle=False)
     trainer.fit(task, train_dataloaders=loader)
     return timer.rate
@@ -88,6 +92,7 @@ def main() -> None:
     parser.add_argument("--ffn", type=int, default=1024)
     parser.add_argument("--depth", type=int, default=2)
     benchkit.timing_args(parser, batches=30, warmup=3, rounds=6)
+    benchkit.device_args(parser)
     args = parser.parse_args()
     benchkit.setup(args)
     data_dir = Path(args.data_dir) if args.data_dir else generated_data(Path(tempfile.mkdtemp()))
@@ -105,6 +110,8 @@ def main() -> None:
     results = {
         "sizes": sizes,
         "threads": torch.get_num_threads(),
+        "device": args.device,
+        "precision": args.precision,
         "batches": args.batches,
         "data": "LCQMC dev (reduced protocol train split)" if args.data_dir else "generated",
         "rows": {},
@@ -112,8 +119,8 @@ def main() -> None:
     for name, variant in variants.items():
         row = benchkit.paired_rounds(
             args.rounds,
-            lambda v=variant: plain_loop(make_model(kwargs, v), batches, args.warmup),
-            lambda v=variant: runner(make_model(kwargs, v), batches, args.warmup),
+            lambda v=variant: plain_loop(make_model(kwargs, v), batches, args),
+            lambda v=variant: runner(make_model(kwargs, v), batches, args),
             "pairs/s",
         )
         results["rows"][name] = row

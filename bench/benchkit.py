@@ -9,6 +9,7 @@ hit by a burst of load, and the quartiles show what is left of the noise.
 """
 
 import argparse
+import contextlib
 import json
 import logging
 import statistics
@@ -74,7 +75,30 @@ def timing_args(
         )
 
 
+def device_args(parser: argparse.ArgumentParser) -> None:
+    """Where both sides train, and in which precision (Lightning's names; the plain loop matches
+    `bf16-mixed` with `torch.autocast`)."""
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--precision", default="32-true", choices=["32-true", "bf16-mixed"])
+
+
+def trainer_device(args: argparse.Namespace) -> dict:
+    """The `bench_trainer` overrides that put the runner where `device_args` put the plain loop."""
+    return {"accelerator": args.device, "devices": 1, "precision": args.precision}
+
+
+def autocast(args: argparse.Namespace) -> contextlib.AbstractContextManager:
+    """The plain loop's forward context: what Lightning's `bf16-mixed` wraps its forward in."""
+    return torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.precision == "bf16-mixed")
+
+
+def to_device(batch: dict, device: str) -> dict:
+    return {key: value.to(device, non_blocking=True) for key, value in batch.items()}
+
+
 def setup(args: argparse.Namespace) -> None:
+    if getattr(args, "device", "cpu") == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch sees no CUDA device here; use --device cpu")
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
     if args.threads:
         torch.set_num_threads(args.threads)

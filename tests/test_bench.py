@@ -6,6 +6,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+
+ON_GPU = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")]
+ON_CUDA_BF16 = ["--device", "cuda", "--precision", "bf16-mixed"]
 
 BENCH = Path(__file__).parents[1] / "bench"
 
@@ -25,7 +29,14 @@ def check_timing(result: dict) -> None:
     assert result["ratio_q1"] <= result["ratio_median"] <= result["ratio_q3"]
 
 
-@pytest.mark.parametrize("flags", [[], ["--plain-metrics", "--bare"]])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        [],
+        ["--plain-metrics", "--bare"],
+        pytest.param(["--plain-metrics", *ON_CUDA_BF16], marks=ON_GPU),
+    ],
+)
 def test_bench_bag_mnist(tmp_path, monkeypatch, flags):
     result = run_bench(
         "bench_bag_mnist.py", monkeypatch, tmp_path / "bench.json",
@@ -34,24 +45,29 @@ def test_bench_bag_mnist(tmp_path, monkeypatch, flags):
     assert result["data_source"] == "sample"
     assert result["runner"].startswith("bare" if "--bare" in flags else "ClassificationTask")
     assert result["machine"]["torch_threads"] == 1  # the ratio is this machine's: it says which
+    expected = ("cuda", "bf16-mixed") if "--device" in flags else ("cpu", "32-true")
+    assert (result["device"], result["precision"]) == expected
     check_timing(result)
 
 
-def test_bench_imdb(tmp_path, monkeypatch):
+@pytest.mark.parametrize("flags", [[], pytest.param(ON_CUDA_BF16, marks=ON_GPU)])
+def test_bench_imdb(tmp_path, monkeypatch, flags):
     result = run_bench(
         "bench_imdb.py", monkeypatch, tmp_path / "bench.json",
-        "--batch-size", "8", "--max-seq-len", "32", "--cache-dir", str(tmp_path / "cache"),
+        "--batch-size", "8", "--max-seq-len", "32", "--cache-dir", str(tmp_path / "cache"), *flags,
     )  # fmt: skip
     assert result["data_source"] == "sample" and result["batch_size"] == 8
     assert result["tokenization"]["encode_reviews_per_s"] > 0
     check_timing(result)
 
 
-def test_bench_lcqmc(tmp_path, monkeypatch):
+@pytest.mark.parametrize("flags", [[], pytest.param(ON_CUDA_BF16, marks=ON_GPU)])
+def test_bench_lcqmc(tmp_path, monkeypatch, flags):
     result = run_bench(
         "bench_lcqmc.py", monkeypatch, tmp_path / "bench.json",
-        "--hidden", "16", "--heads", "2", "--ffn", "32", "--depth", "1", "--threads", "1",
+        "--hidden", "16", "--heads", "2", "--ffn", "32", "--depth", "1", "--threads", "1", *flags,
     )  # fmt: skip
+    assert result["device"] == ("cuda" if flags else "cpu")
     assert result["data"] == "generated"
     assert set(result["rows"]) == {
         "custom + SDPA", "custom, explicit softmax", "torch TransformerEncoderLayer"
@@ -64,3 +80,9 @@ def test_bench_overhead(tmp_path, monkeypatch):
     result = run_bench("bench_overhead.py", monkeypatch, tmp_path / "bench.json", "--threads", "1")
     assert result["plain_us_per_step"] > 0 and result["runner_us_per_step"] > 0
     check_timing(result)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_bench_on_cuda_without_cuda_says_so(tmp_path, monkeypatch):
+    with pytest.raises(SystemExit, match="--device cuda: torch sees no CUDA device here"):
+        run_bench("bench_lcqmc.py", monkeypatch, tmp_path / "bench.json", *ON_CUDA_BF16)
