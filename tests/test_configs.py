@@ -276,6 +276,7 @@ def test_every_model_fast_dev_run(tiny_root, tmp_path, model, trainer):
         "data.batch_size=8",
         "trainer.enable_progress_bar=false",
         "logger=csv",
+        *(["trainer.accelerator=gpu"] if trainer == "gpu" else []),  # debug=fdr picks the CPU
     )
     metrics = train_in_process(cfg, tmp_path / "run")
     assert "test/acc" in metrics and 0.0 <= metrics["test/acc"] <= 1.0
