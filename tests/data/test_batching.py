@@ -68,6 +68,10 @@ def test_pad_sequences():
     assert ids.dtype == torch.long and mask.dtype == torch.bool
     ids, mask = pad_sequences([[], []], pad_id=1)
     assert ids.shape == (2, 1) and not mask.any()
+    ids, mask = pad_sequences([torch.tensor([5, 6], dtype=torch.int32), torch.tensor([7])], 0)
+    assert ids.tolist() == [[5, 6], [7, 0]] and ids.dtype == torch.long
+    ids, mask = pad_sequences([], pad_id=0)
+    assert ids.shape == mask.shape == (0, 1)
 
 
 def test_repeat_keeps_epoch_0_order():

@@ -8,6 +8,7 @@ from lightning_fabric.utilities.data import _set_sampler_epoch
 
 from attnexp.data.imdb import IMDBDataModule
 from attnexp.data.sources import sample_path
+from attnexp.data.text_classification import collate_tokens
 from attnexp.errors import ConfigError
 
 
@@ -180,6 +181,20 @@ def test_bucketed_loader_yields_every_review_once(tmp_path):
         assert b["input_ids"].shape == b["mask"].shape
         assert (b["input_ids"][~b["mask"]] == 0).all()  # padding is [PAD]
         assert b["mask"][:, 0].all()  # no review is all padding
+
+
+def test_batches_read_in_one_call_equal_single_reads(tmp_path):
+    """The loaders fetch a batch through TokenDataset.__getitems__ (one Arrow read): the same
+    examples, in the same order, as reading them one by one."""
+    write_imdb(tmp_path / "data", num_train=70, num_test=10)
+    dm = make_dm(tmp_path, val_fraction=0.1)
+    dm.setup("fit")
+    dataset, loader = dm.splits["train"], dm.train_dataloader()
+    for indices, batch in zip(loader.batch_sampler, loader, strict=True):
+        singles = [dataset[i] for i in indices]
+        assert dataset.__getitems__(indices) == singles
+        expected = collate_tokens(singles)
+        assert all(torch.equal(batch[key], expected[key]) for key in expected)
 
 
 def test_token_cache_is_reused(tmp_path, caplog):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
+from datasets.arrow_dataset import Column
 from matplotlib.figure import Figure
 from torch.utils.data import DataLoader
 
@@ -90,7 +91,9 @@ def subset(split: Split, indices: list[int]) -> Split:
 
 
 class TokenDataset(torch.utils.data.Dataset):
-    def __init__(self, ids: list[list[int]], labels: list[int]) -> None:
+    """(token ids, label) pairs; `ids` is the `input_ids` column of the tokenized HF dataset."""
+
+    def __init__(self, ids: Column, labels: list[int]) -> None:
         self.ids, self.labels = ids, labels
 
     def __len__(self) -> int:
@@ -98,6 +101,12 @@ class TokenDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> tuple[list[int], int]:
         return self.ids[i], self.labels[i]
+
+    def __getitems__(self, indices: list[int]) -> list[tuple[list[int], int]]:
+        """A whole batch, which the DataLoader asks for when this method exists. An Arrow column
+        reads a list of rows in one call: ~1 ms for 128 IMDB reviews, against ~12 ms for 128
+        single reads (a quarter of a training step on a GPU, docs/RESULTS.md)."""
+        return list(zip(self.ids[indices], [self.labels[i] for i in indices], strict=True))
 
 
 def collate_tokens(examples: list[tuple[list[int], int]]) -> dict[str, torch.Tensor]:
