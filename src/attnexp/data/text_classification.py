@@ -105,7 +105,8 @@ class TokenDataset(torch.utils.data.Dataset):
     def __getitems__(self, indices: list[int]) -> list[tuple[list[int], int]]:
         """A whole batch, which the DataLoader asks for when this method exists. An Arrow column
         reads a list of rows in one call: ~1 ms for 128 IMDB reviews, against ~12 ms for 128
-        single reads (a quarter of a training step on a GPU, docs/RESULTS.md)."""
+        single reads (a CPU cost that weighs on a GPU run: an IMDB step on an H100 took ~50 ms,
+        docs/RESULTS.md)."""
         return list(zip(self.ids[indices], [self.labels[i] for i in indices], strict=True))
 
 
