@@ -15,7 +15,6 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
-from datasets.arrow_dataset import Column
 from matplotlib.figure import Figure
 from torch.utils.data import DataLoader
 
@@ -91,10 +90,12 @@ def subset(split: Split, indices: list[int]) -> Split:
 
 
 class TokenDataset(torch.utils.data.Dataset):
-    """(token ids, label) pairs; `ids` is the `input_ids` column of the tokenized HF dataset."""
+    """(token ids, label) pairs from the tokenized HF dataset (`tokenize_dataset`)."""
 
-    def __init__(self, ids: Column, labels: list[int]) -> None:
-        self.ids, self.labels = ids, labels
+    def __init__(self, encoded: Dataset, labels: list[int]) -> None:
+        # datasets >= 4 gives a lazy column, read from Arrow on indexing; older versions a list.
+        self.ids, self.labels = encoded["input_ids"], labels
+        self.lengths: list[int] = encoded.select_columns(["length"])[:]["length"]  # one read
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -103,11 +104,12 @@ class TokenDataset(torch.utils.data.Dataset):
         return self.ids[i], self.labels[i]
 
     def __getitems__(self, indices: list[int]) -> list[tuple[list[int], int]]:
-        """A whole batch, which the DataLoader asks for when this method exists. An Arrow column
-        reads a list of rows in one call: ~1 ms for 128 IMDB reviews, against ~12 ms for 128
-        single reads (a CPU cost that weighs on a GPU run: an IMDB step on an H100 took ~50 ms,
-        docs/RESULTS.md)."""
-        return list(zip(self.ids[indices], [self.labels[i] for i in indices], strict=True))
+        """A whole batch, which the DataLoader asks for when this method exists. A lazy column
+        reads a list of rows in one Arrow call: ~1 ms for 128 IMDB reviews, against ~12 ms for
+        128 single reads (a CPU cost that weighs on a GPU run: an IMDB step on an H100 took
+        ~50 ms, docs/RESULTS.md)."""
+        ids = [self.ids[i] for i in indices] if isinstance(self.ids, list) else self.ids[indices]
+        return list(zip(ids, [self.labels[i] for i in indices], strict=True))
 
 
 def collate_tokens(examples: list[tuple[list[int], int]]) -> dict[str, torch.Tensor]:
@@ -366,7 +368,7 @@ class TextClassificationDataModule(AttnDataModule):
                 cache,
                 truncation=self.truncation,
             )
-            self.splits[name] = TokenDataset(encoded["input_ids"], part["label"])
+            self.splits[name] = TokenDataset(encoded, part["label"])
         self._log.info(
             "%s (%s): %d train / %d val / %d test %s, vocab %d, max_seq_len %d",
             self.dataset_name,
@@ -439,7 +441,7 @@ class TextClassificationDataModule(AttnDataModule):
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         data = self.splits[split]
-        lengths = [max(1, len(x)) for x in data.ids]
+        lengths = [max(1, n) for n in data.lengths]
         sampler = bucket_batch_sampler(
             lengths, self.batch_size, shuffle, self.seed, self.pool_batches,
             epoch_order=self.epoch_order,
