@@ -54,7 +54,7 @@ def adam(params):
 
 
 def plain_loop(dm: BagMNISTDataModule, model: torch.nn.Module, args: argparse.Namespace) -> float:
-    cuda, warmup = args.device == "cuda", args.warmup
+    warmup = args.warmup
     model.to(args.device).train()
     optimizer = adam(model.parameters())
     train_stats = (
@@ -65,7 +65,7 @@ def plain_loop(dm: BagMNISTDataModule, model: torch.nn.Module, args: argparse.Na
         if i == warmup + args.batches:
             break
         if i == warmup:
-            start = benchkit.clock(cuda)
+            start = benchkit.clock(args.device)
         batch = dm.on_after_batch_transfer(benchkit.to_device(batch, args.device), 0)
         with benchkit.autocast(args):
             logits = model(items=batch["items"], mask=batch["mask"])
@@ -76,7 +76,7 @@ def plain_loop(dm: BagMNISTDataModule, model: torch.nn.Module, args: argparse.Na
         if train_stats is not None:
             train_stats.update(logits.detach(), batch["labels"], loss)
         bags += len(batch["labels"]) if i >= warmup else 0
-    rate = bags / (benchkit.clock(cuda) - start)
+    rate = bags / (benchkit.clock(args.device) - start)
     if train_stats is not None:
         train_stats.compute()  # once per epoch: outside the window, as on the runner side
     return rate

@@ -50,7 +50,6 @@ def runner_segment(dm, vocab_size, batches, warmup, args) -> float:
 
 
 def plain_segment(dm, vocab_size, batches, warmup, args) -> float:
-    cuda = args.device == "cuda"
     model = make_model(vocab_size, 0).to(args.device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     reviews, start = 0, None
@@ -58,7 +57,7 @@ def plain_segment(dm, vocab_size, batches, warmup, args) -> float:
         if i == warmup + batches:
             break
         if i == warmup:
-            start = benchkit.clock(cuda)
+            start = benchkit.clock(args.device)
         batch = benchkit.to_device(batch, args.device)
         with benchkit.autocast(args):
             logits = model(batch["input_ids"], batch["mask"])
@@ -67,7 +66,7 @@ def plain_segment(dm, vocab_size, batches, warmup, args) -> float:
         loss.backward()
         optimizer.step()
         reviews += len(batch["labels"]) if i >= warmup else 0
-    return reviews / (benchkit.clock(cuda) - start)
+    return reviews / (benchkit.clock(args.device) - start)
 
 
 def tokenization_throughput(texts: list[str]) -> dict:

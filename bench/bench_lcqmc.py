@@ -53,12 +53,12 @@ def optimizer_for(model: torch.nn.Module, steps: int):
 
 
 def plain_loop(model, batches: list[dict], args: argparse.Namespace) -> float:
-    cuda, warmup = args.device == "cuda", args.warmup
+    warmup = args.warmup
     model.to(args.device).train()
     optimizer, scheduler = optimizer_for(model, len(batches))
     for i, batch in enumerate(batches):
         if i == warmup:
-            start = benchkit.clock(cuda)
+            start = benchkit.clock(args.device)
         inputs, labels = split_batch(benchkit.to_device(batch, args.device))
         with benchkit.autocast(args):
             loss = F.cross_entropy(model(**inputs), labels)
@@ -67,7 +67,7 @@ def plain_loop(model, batches: list[dict], args: argparse.Namespace) -> float:
         optimizer.step()
         scheduler.step()
     pairs = sum(len(b["labels"]) for b in batches[warmup:])
-    return pairs / (benchkit.clock(cuda) - start)
+    return pairs / (benchkit.clock(args.device) - start)
 
 
 def runner(model, batches: list[dict], args: argparse.Namespace) -> float:

@@ -25,9 +25,10 @@ from attnexp.machine import describe_machine, machine_label
 from attnexp.tasks.classification import split_batch
 
 
-def clock(cuda: bool = False) -> float:
-    """Seconds; waits for queued GPU work first, so a window ends when its last kernel does."""
-    if cuda:
+def clock(device: str = "cpu") -> float:
+    """Seconds; on "cuda" it waits for queued GPU work first, so a window ends when its last
+    kernel does."""
+    if device == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter()
 
@@ -46,12 +47,12 @@ class WindowTimer(pl.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if batch_idx == self.warmup:
-            self.start = clock(pl_module.device.type == "cuda")
+            self.start = clock(pl_module.device.type)
         if batch_idx >= self.warmup:
             self.samples += len(batch["labels"])
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        self.end = clock(pl_module.device.type == "cuda")
+        self.end = clock(pl_module.device.type)
 
     @property
     def rate(self) -> float:
