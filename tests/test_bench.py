@@ -57,7 +57,11 @@ def test_bench_imdb(tmp_path, monkeypatch, flags):
         "--batch-size", "8", "--max-seq-len", "32", "--cache-dir", str(tmp_path / "cache"), *flags,
     )  # fmt: skip
     assert result["data_source"] == "sample" and result["batch_size"] == 8
-    assert result["tokenization"]["encode_reviews_per_s"] > 0
+    tokenization = result["tokenization"]
+    assert tokenization["max_seq_len"] == 32  # the flag's, as the timed batches'
+    assert all(
+        tokenization[k] > 0 for k in ("encode_reviews_per_s", "map_to_cache_s", "cache_hit_s")
+    )
     check_timing(result)
 
 

@@ -1,5 +1,7 @@
 """Which source a DataModule reads, decided before it loads anything; what the hub loaders read."""
 
+import logging
+
 import datasets
 import pytest
 import torch
@@ -12,7 +14,7 @@ from attnexp.data.bag_mnist import BagMNISTDataModule
 from attnexp.data.imdb import IMDBDataModule
 from attnexp.data.lcqmc import HUB_COLUMNS, HUB_SPLITS, LCQMCDataModule
 from attnexp.data.mnist import load_mnist
-from attnexp.data.sources import planned
+from attnexp.data.sources import planned, resolve
 from attnexp.errors import ConfigError
 
 
@@ -41,6 +43,34 @@ def test_planned_source_without_a_sample_or_hub(tmp_path, monkeypatch):
     assert planned("hub", tmp_path / "none", has_hub=False, has_sample=True) is None
     with pytest.raises(ConfigError, match="data.source 'disk' is not one of auto, local"):
         planned("disk", tmp_path, has_hub=True, has_sample=True)
+
+
+def test_resolve_warns_whenever_auto_leaves_the_local_files(tmp_path, monkeypatch, caplog):
+    """Under source=auto the hub and the sample are fallbacks: each is said at WARNING; a source
+    asked for by name is not."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "0")
+
+    def failing_hub():
+        raise ConnectionError("no route to huggingface.co")
+
+    def resolved(source, load_hub):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="attnexp.data.sources"):
+            found = resolve("toy", source, tmp_path / "toy", None, load_hub, lambda: "sample rows")
+        return found, [r.getMessage() for r in caplog.records]
+
+    found, warned = resolved("auto", lambda: "hub rows")
+    assert found == ("hub rows", "hub")
+    assert (
+        len(warned) == 1 and "from the HF hub" in warned[0] and str(tmp_path / "toy") in warned[0]
+    )
+    assert resolved("hub", lambda: "hub rows") == (("hub rows", "hub"), [])
+    found, warned = resolved("auto", failing_hub)
+    assert found == ("sample rows", "sample")
+    assert len(warned) == 3 and "from the HF hub" in warned[0]
+    assert "the HF hub failed (no route to huggingface.co)" in warned[1]
+    assert "embedded SAMPLE" in warned[2]
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,8 @@ TEXTS = ["A great film.<br />Loved it!", "A boring film<br/>hated it", "great gr
 
 def test_normalize_lowercases_and_removes_breaks():
     assert normalize_text("Great<br />FILM<br/>x") == "great film x"
+    # Before lowercasing, so a break in capitals is removed too, not read as a "<br>" token.
+    assert normalize_text("Great<BR>FILM<Br />x") == "great film x"
 
 
 def test_special_ids_and_unknown_words():

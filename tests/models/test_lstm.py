@@ -106,8 +106,13 @@ def test_linear_init_reaches_every_linear_layer_and_no_other(build):
 
 
 def test_config_errors():
-    with pytest.raises(ConfigError, match="model.heads"):
+    # The size to change is the LSTM's with it, the embedding's without.
+    with pytest.raises(
+        ConfigError, match=r"feature size 8 .* model.heads=3 .* model.hidden_size\)"
+    ):
         LSTMSelfAttention(V, 2, heads=3, hidden_size=4)
+    with pytest.raises(ConfigError, match=r"feature size 8 .* model.heads=3 .* model.embed_dim\)"):
+        LSTMSelfAttention(V, 2, heads=3, use_lstm=False, embed_dim=8)
     # heads=-2 divides 8, and "abc" cannot be compared: these said "not divisible" / a TypeError
     for heads in (-2, 0, "abc"):
         with pytest.raises(ConfigError, match=rf"model.heads={heads} must be a positive integer"):

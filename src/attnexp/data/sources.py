@@ -64,14 +64,20 @@ def resolve(
             )
         return load_local(local_dir), "local"
     if plan == "hub":
+        if source == "auto":
+            log.warning(
+                "%s: no local files in %s: loading it from the HF hub (set paths.data_dir=<folder "
+                "holding %s/> to use local files)",
+                dataset,
+                local_dir,
+                local_dir.name,
+            )
         try:
             return load_hub(), "hub"
         except Exception as err:  # network, auth or format: say which, then fall back
             if source == "hub":
                 raise ConfigError(f"{dataset}: could not load from the HF hub: {err}") from err
-            log.warning(
-                "%s: no local files in %s and the HF hub failed (%s)", dataset, local_dir, err
-            )
+            log.warning("%s: the HF hub failed (%s)", dataset, err)
     if source in ("auto", "sample") and load_sample is not None:
         log.warning(
             "%s: using the small embedded SAMPLE, not the full dataset (no files in %s; set "

@@ -26,7 +26,7 @@ PAD, UNK = "[PAD]", "[UNK]"
 SPECIAL_TOKENS = (PAD, UNK)  # ids 0 and 1, in this order
 PAD_ID, UNK_ID = 0, 1
 TOKENIZER_FILE = "tokenizer.json"
-HTML_BREAK = r"<br\s*/?>"
+HTML_BREAK = r"(?i)<br\s*/?>"  # any case: <br />, <BR>, <Br/>
 
 
 def text_normalizer(

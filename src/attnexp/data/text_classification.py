@@ -23,6 +23,7 @@ from attnexp.data.batching import bucket_batch_sampler, check_epoch_order, pad_s
 from attnexp.data.resumable import ResumableLoader
 from attnexp.data.sources import resolve, sample_path
 from attnexp.data.text import (
+    HTML_BREAK,
     PAD_ID,
     TRUNCATIONS,
     UNK_ID,
@@ -420,7 +421,7 @@ class TextClassificationDataModule(AttnDataModule):
 
     def _train_tokenizer(self, texts: list[str]):
         key = texts_hash(
-            texts, self.vocab_size, self.min_frequency, self.lowercase, self.word_split
+            texts, self.vocab_size, self.min_frequency, self.lowercase, self.word_split, HTML_BREAK
         )
         cached = self.cache_dir / self.data_subdir / f"tokenizer-{key}.json"
         if cached.is_file():

@@ -208,9 +208,10 @@ class LSTMSelfAttention(_TextClassifier):
         if attention == "mhsa":
             require_positive("model.heads", heads)
             if width % heads:
+                sized_by = "model.hidden_size" if use_lstm else "model.embed_dim"
                 raise ConfigError(
                     f"feature size {width} is not divisible by model.heads={heads} "
-                    f"(set model.heads to a divisor of {width}, or change model.hidden_size)"
+                    f"(set model.heads to a divisor of {width}, or change {sized_by})"
                 )
             self.self_attention = MultiHeadSelfAttention(width, heads, dropout=attn_dropout)
         else:
