@@ -23,9 +23,9 @@ from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 
 from attnexp.build import build, check_data_dir
-from attnexp.checkpoints import find_checkpoint, load_run
+from attnexp.checkpoints import compose_command_cfg, find_checkpoint, load_run
 from attnexp.errors import ConfigError
-from attnexp.evaluate import check_same_data, make_test_trainer, run_overrides
+from attnexp.evaluate import check_same_data, evaluate, make_test_trainer, run_overrides
 from attnexp.runs import (
     RunRecord,
     check_not_running,
@@ -554,6 +554,17 @@ def test_seed_null_draws_and_records_a_seed(compose_cfg, tmp_path):
     record = read(tmp_path / "run" / "metrics.json")
     assert record["status"] == "completed" and isinstance(record["seed"], int)
     assert f"seed={record['seed']}" in " ".join(record["warnings"])
+    # The saved config still says null; the run's data came from the drawn seed, and so must a
+    # re-evaluation's test bags.
+    assert OmegaConf.load(tmp_path / "run" / ".hydra" / "config.yaml").seed is None
+    assert load_run(tmp_path / "run")[0].seed == record["seed"]
+    cfg = compose_command_cfg("evaluate", [f"ckpt_path={tmp_path / 'run'}"])
+    evaluated = evaluate(cfg, tmp_path / "eval", [])
+    assert evaluated["seed"] == record["seed"]
+    assert evaluated["metrics"]["test/acc"] == pytest.approx(record["metrics"]["test/acc"])
+    (tmp_path / "run" / "metrics.json").unlink()  # a copied run dir without its record
+    with pytest.raises(ConfigError, match=r"ran with seed=null, and its metrics.json records no"):
+        evaluate(cfg, tmp_path / "eval2", [])
 
 
 def single_process(monkeypatch) -> None:

@@ -218,6 +218,10 @@ def load_run(
     ckpt = find_checkpoint(ckpt_path)
     run_dir = run_dir_of(ckpt)
     cfg = load_run_config(run_dir, overrides, output_dir)
+    if cfg.seed is None:
+        # seed=null: the run drew one; its saved config still says null, its metrics.json has it.
+        # The data it made (the test bags, the dev split) came from that seed, as ours must.
+        cfg.seed = read_record(run_dir).get("seed")
     return cfg, load_choices(run_dir), run_dir, ckpt
 
 

@@ -68,18 +68,21 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
             f"hydra.run.dir={out_dir} is the run dir itself; evaluate writes its own dir"
         )
     run_record, weights = read_record(run_dir), read_weights(ckpt)
+    if run_cfg.seed is None:
+        raise ConfigError(
+            f"{run_dir} ran with seed=null, and its {METRICS_FILE} records no drawn seed: its test "
+            f'data cannot be made again (give overrides=["seed=<the seed it drew>"])'
+        )
     record = RunRecord(
         out_dir,
-        seed=run_cfg.get("seed"),
+        seed=run_cfg.seed,
         overrides=cli_overrides,
         extra={"kind": "evaluate", "run_dir": str(run_dir), "ckpt": str(ckpt)},
     )
     record.start()
     try:
         require_seed("seed", cfg.seed)
-        seed = cfg.seed if cfg.seed is not None else run_cfg.get("seed")
-        if seed is not None:
-            pl.seed_everything(seed, workers=True)
+        pl.seed_everything(cfg.seed if cfg.seed is not None else run_cfg.seed, workers=True)
         # Built now: a trainer.* setting Lightning refuses is said before any data is loaded.
         trainer = make_test_trainer(cfg, run_cfg, out_dir)
 
