@@ -567,6 +567,21 @@ def test_seed_null_draws_and_records_a_seed(compose_cfg, tmp_path):
         evaluate(cfg, tmp_path / "eval2", [])
 
 
+def test_test_sets_a_model_cannot_read_are_recorded_as_dropped(compose_cfg, tmp_path):
+    """bag_mlp reads bags of at most its training size: the larger test bags are skipped, and
+    the run's record says so (not only the log)."""
+    (tmp_path / "data").mkdir()
+    cfg = compose_cfg(
+        *TINY, "model=bag_mlp", "data.eval_bag_sizes=[1,4]", "trainer.accelerator=cpu", "logger=csv"
+    )
+    train_in_process(cfg, tmp_path / "run")
+    record = read(tmp_path / "run" / "metrics.json")
+    assert (
+        "data: BagMLP takes at most 3 items: skipping test bags of sizes [4]" in record["warnings"]
+    )
+    assert "test/acc_bag1" in record["metrics"] and "test/acc_bag4" not in record["metrics"]
+
+
 def single_process(monkeypatch) -> None:
     """No launcher's rank variables in the environment: a plain single-process run."""
     for key in (
@@ -673,6 +688,37 @@ def test_unknown_options_and_keys(compose_cfg, overrides, error, match):
 def test_config_errors(compose_cfg, overrides, match):
     with pytest.raises(ConfigError, match=match):
         built(compose_cfg, *overrides)
+
+
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        (
+            "trainer.devices=0",
+            r"^train: Lightning refuses trainer.accelerator=cpu, trainer.devices=0: "
+            r"`Trainer\(devices=0\)` value is not a valid input using cpu accelerator. \(set the "
+            r"one it names\)$",
+        ),
+        (
+            "trainer.limit_val_batches=-1",
+            r"^train: Lightning refuses trainer.limit_val_batches=-1: You have passed invalid value",
+        ),
+    ],
+)
+def test_trainer_settings_lightning_refuses_are_said_before_loading(
+    compose_cfg, tmp_path, monkeypatch, override, match
+):
+    """Were Hydra's 'Error in call to target ...Trainer' (no key to set), after the data load."""
+    import attnexp.train
+
+    def build(*args, **kwargs):
+        raise AssertionError("the data were loaded before the trainer settings were checked")
+
+    monkeypatch.setattr(attnexp.train, "build", build)
+    (tmp_path / "data").mkdir()
+    cfg = compose_cfg(*TINY, "trainer.accelerator=cpu", "logger=csv", override)
+    with pytest.raises(ConfigError, match=match):
+        train_in_process(cfg, tmp_path / "run")
 
 
 def test_simple_attention_drops_the_default_scorer(compose_cfg):

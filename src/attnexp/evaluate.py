@@ -13,7 +13,6 @@ import hydra
 import pytorch_lightning as pl
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
-from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from attnexp.build import build, check_data_dir, given, resolved_data_dir
 from attnexp.checkpoints import (
@@ -29,7 +28,7 @@ from attnexp.config import register_resolvers
 from attnexp.data.base import AttnDataModule
 from attnexp.errors import ConfigError, exit_with, require_seed
 from attnexp.runs import METRICS_FILE, RunRecord, natural_key, override_key
-from attnexp.train import device_name, scalar_metrics
+from attnexp.train import TRAINER_REFUSALS, device_name, refused_settings, scalar_metrics
 
 log = logging.getLogger(__name__)
 register_resolvers()
@@ -101,6 +100,8 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
         check_same_data(datamodule.source, run_record, run_cfg, overrides)
         if datamodule.source == "sample":
             record.warn("data: evaluated on the embedded sample, not the full dataset")
+        for note in datamodule.notes:
+            record.warn(f"data: {note}")
         load_weights(task, ckpt, weights)
         record.update(device=device_name(trainer))
         trainer.test(task, datamodule=datamodule)
@@ -141,11 +142,8 @@ def make_test_trainer(cfg: DictConfig, run_cfg: DictConfig, out_dir: Path) -> pl
             enable_checkpointing=False,
             default_root_dir=str(out_dir),
         )
-    except (TypeError, ValueError, MisconfigurationException) as err:
-        given = ", ".join(f"trainer.{key}={value}" for key, value in settings.items())
-        raise ConfigError(
-            f"evaluate: Lightning refuses these settings ({given}): {err} (set the one it names)"
-        ) from err
+    except TRAINER_REFUSALS as err:
+        raise refused_settings(err, settings, "evaluate") from err
 
 
 def summary(data: dict, out_dir: Path) -> str:

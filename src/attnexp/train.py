@@ -7,6 +7,7 @@ tb/ (TensorBoard), train.log and metrics.json.
 import logging
 import os
 import random
+import re
 import signal
 import sys
 from pathlib import Path
@@ -15,12 +16,13 @@ import hydra
 import pytorch_lightning as pl
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
 from hydra.types import RunMode
 from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import TensorBoardLogger
-from pytorch_lightning.utilities.exceptions import SIGTERMException
+from pytorch_lightning.utilities.exceptions import MisconfigurationException, SIGTERMException
 
 from attnexp.build import build, check_data_dir, instantiate_checked, resolved_data_dir
 from attnexp.config import register_resolvers
@@ -40,6 +42,7 @@ from attnexp.tasks.callbacks import EndSpawnedProcessGroup, EpochHistory, best_c
 from attnexp.tasks.loggers import RESUMABLE, start_logs
 
 log = logging.getLogger(__name__)
+TRAINER_REFUSALS = (TypeError, ValueError, MisconfigurationException)  # how Lightning says no
 FAILED_JOBS: list[str] = []  # failed jobs of this process's multirun, for the exit status
 
 register_resolvers()
@@ -97,6 +100,9 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         resume_ckpt = None
     resume_step = resume_step_of(resume_ckpt, cfg.resume) if resume_ckpt is not None else 0
     check_data_dir(cfg.paths.data_dir, overrides)
+    # Built first: a trainer.* setting Lightning refuses is said before any data is loaded.
+    trainer = make_trainer(cfg, record, resume_step)
+    record.update(device=device_name(trainer))
     datamodule, task = build(cfg, choices, overrides=overrides)
     record.update(
         data_source=datamodule.source,
@@ -106,29 +112,9 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     )
     if datamodule.source == "sample":
         record.warn("data: trained on the embedded sample, not the full dataset")
+    for note in datamodule.notes:
+        record.warn(f"data: {note}")
     datamodule.save_artifacts(str(run_dir))
-
-    callbacks = [instantiate_checked(c) for c in cfg.callbacks.values() if c is not None] + [
-        EpochHistory(record),
-        EndSpawnedProcessGroup(),  # ddp_spawn: ends the ranks' process group at each stage's end
-    ]
-    loggers = [
-        instantiate(c, **purge_setting(c, resume_step))
-        for c in (cfg.get("logger") or {}).values()
-        if c is not None
-    ]
-    start_logs(loggers)
-    # Without a configured ModelCheckpoint, Lightning would add one that monitors nothing (so has
-    # no best checkpoint) and writes into the logger's dir: no checkpoints then.
-    checkpointing = (
-        {}
-        if any(isinstance(c, ModelCheckpoint) for c in callbacks)
-        else {"enable_checkpointing": False}
-    )
-    trainer: pl.Trainer = instantiate(
-        cfg.trainer, callbacks=callbacks, logger=loggers, **checkpointing
-    )
-    record.update(device=device_name(trainer))
 
     if resume_ckpt is not None:
         log.info("resuming from %s (global step %d)", resume_ckpt, resume_step)
@@ -162,6 +148,44 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         final = {f"final/{k}": v for k, v in metrics.items() if k.startswith(("val/", "test/"))}
         tb_logger.log_hyperparams(flatten_hparams(hparams), metrics=final)
     return metrics
+
+
+def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Trainer:
+    """The Trainer with the configured callbacks and loggers (logging from `resume_step` on)."""
+    callbacks = [instantiate_checked(c) for c in cfg.callbacks.values() if c is not None] + [
+        EpochHistory(record),
+        EndSpawnedProcessGroup(),  # ddp_spawn: ends the ranks' process group at each stage's end
+    ]
+    loggers = [
+        instantiate(c, **purge_setting(c, resume_step))
+        for c in (cfg.get("logger") or {}).values()
+        if c is not None
+    ]
+    start_logs(loggers)
+    # Without a configured ModelCheckpoint, Lightning would add one that monitors nothing (so has
+    # no best checkpoint) and writes into the logger's dir: no checkpoints then.
+    checkpointing = (
+        {}
+        if any(isinstance(c, ModelCheckpoint) for c in callbacks)
+        else {"enable_checkpointing": False}
+    )
+    try:
+        return instantiate(cfg.trainer, callbacks=callbacks, logger=loggers, **checkpointing)
+    except InstantiationException as err:
+        if not isinstance(err.__cause__, TRAINER_REFUSALS):
+            raise
+        settings = {key: value for key, value in cfg.trainer.items() if key != "_target_"}
+        raise refused_settings(err.__cause__, settings, "train") from err.__cause__
+
+
+def refused_settings(err: Exception, settings: dict, command: str) -> ConfigError:
+    """Lightning's refusal of Trainer `settings` as a ConfigError that names the settings its
+    message names (all of them when it names none)."""
+    named = [
+        key for key in settings if re.search(rf"\b{re.escape(key)}\b", str(err), re.IGNORECASE)
+    ]
+    shown = ", ".join(f"trainer.{key}={settings[key]}" for key in named or settings)
+    return ConfigError(f"{command}: Lightning refuses {shown}: {err} (set the one it names)")
 
 
 def check_settings(cfg: DictConfig) -> None:

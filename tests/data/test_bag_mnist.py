@@ -7,6 +7,7 @@ from mnist_data import write_mnist
 from attnexp.data.bag_mnist import BagMNISTDataModule
 from attnexp.data.bags import sample_bags
 from attnexp.errors import ConfigError
+from attnexp.models.bag import BagMLP
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +18,7 @@ def data_dir(tmp_path_factory):
 
 
 def make(data_dir, **kwargs):
-    dm = BagMNISTDataModule(str(data_dir), batch_size=8, **kwargs)
+    dm = BagMNISTDataModule(str(data_dir), **{"batch_size": 8, **kwargs})
     dm.setup("fit")
     return dm
 
@@ -87,9 +88,26 @@ def test_variable_training_bags(data_dir):
 
 def test_adapt_to_a_model_with_a_size_limit(data_dir):
     dm = make(data_dir, eval_bag_sizes=[1, 3, 4], eval_variable_max=6)
-    dm.adapt_to(type("M", (), {"max_bag_size": 3})())
+    dm.adapt_to(BagMLP(10, bag_size=3, image_size=28))
     assert dm.eval_bag_sizes == [1, 3] and dm.eval_variable_max == 0
     assert dm.test_set_names == ["bag1", "bag3"]
+    # Each dropped test set is noted, for the run's metrics.json.
+    assert dm.notes == [
+        "BagMLP takes at most 3 items: skipping test bags of sizes [4]",
+        "BagMLP takes at most 3 items: skipping the variable 1..6 test set",
+    ]
+
+
+def test_one_bag_batches_are_refused_for_a_model_with_batchnorm(data_dir):
+    """A training batch of one bag breaks BatchNorm in train mode, deep inside fit."""
+    dm = make(data_dir, batch_size=1)
+    dm.adapt_to(torch.nn.Linear(4, 2))
+    dm.train_dataloader()  # no BatchNorm: one bag a batch is fine
+    dm.adapt_to(BagMLP(10, bag_size=3, image_size=28))
+    with pytest.raises(
+        ConfigError, match=r"data.batch_size=1: .*BatchNorm.*\(set data.batch_size=2 or more\)"
+    ):
+        dm.train_dataloader()
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 from matplotlib.figure import Figure
 from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSamplerWrapper
+from torch.nn.modules.batchnorm import _BatchNorm  # BatchNorm1d/2d/3d and SyncBatchNorm
 from torch.utils.data import DataLoader
 
 from attnexp.data.bags import BagPool, FixedBags, RandomBags, check_rule
@@ -113,6 +114,7 @@ class BagMNISTDataModule(AttnDataModule):
         self.eval_variable_max = eval_variable_max
         self.shift, self.seed, self.num_workers = shift, seed, num_workers
         self.splits: dict | None = None
+        self.batch_norm = False  # whether the model has BatchNorm (set by adapt_to)
 
     @property
     def model_kwargs(self) -> dict:
@@ -129,26 +131,25 @@ class BagMNISTDataModule(AttnDataModule):
         return names + (["variable"] if self.eval_variable_max > 0 else [])
 
     def adapt_to(self, model: torch.nn.Module) -> None:
+        self.batch_norm = any(isinstance(m, _BatchNorm) for m in model.modules())
         limit = getattr(model, "max_bag_size", None)
         if limit is None:
             return
         too_big = [n for n in self.eval_bag_sizes if n > limit]
+        name = type(model).__name__
         if too_big:
-            log.warning(
-                "%s takes at most %d items: skipping test bags of sizes %s",
-                type(model).__name__,
-                limit,
-                too_big,
-            )
+            self._note(f"{name} takes at most {limit} items: skipping test bags of sizes {too_big}")
         self.eval_bag_sizes = [n for n in self.eval_bag_sizes if n <= limit]
         if self.eval_variable_max > limit:
-            log.warning(
-                "%s takes at most %d items: skipping the variable 1..%d test set",
-                type(model).__name__,
-                limit,
-                self.eval_variable_max,
+            self._note(
+                f"{name} takes at most {limit} items: skipping the variable "
+                f"1..{self.eval_variable_max} test set"
             )
             self.eval_variable_max = 0
+
+    def _note(self, message: str) -> None:
+        log.warning(message)
+        self.notes.append(message)
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits is not None:
@@ -233,6 +234,12 @@ class BagMNISTDataModule(AttnDataModule):
             raise ConfigError(
                 f"{num_bags} training bags make no full batch of data.batch_size={self.batch_size} "
                 "(training drops incomplete batches; set data.batch_size or data.num_train_bags)"
+            )
+        if self.batch_norm and self.batch_size < 2:
+            raise ConfigError(
+                f"data.batch_size={self.batch_size}: the model normalises over the batch "
+                f"(BatchNorm), which needs at least 2 bags per training batch (set "
+                f"data.batch_size=2 or more)"
             )
         min_size = self.min_bag_size if self.variable else self.bag_size
         # Every DDP rank draws the same batches from the same seed; Lightning's sampler wrapper

@@ -31,6 +31,9 @@ class AttnDataModule(pl.LightningDataModule):
     def __init__(self) -> None:
         super().__init__()
         self.source: str | None = None
+        # What the DataModule decided for the user (e.g. a test set dropped), said at WARNING;
+        # the runner records these in the run's metrics.json.
+        self.notes: list[str] = []
 
     def planned_source(self) -> str | None:
         """The source setup will read ("local", "hub" or "sample"), decided without loading
@@ -54,7 +57,8 @@ class AttnDataModule(pl.LightningDataModule):
         return []
 
     def adapt_to(self, model: torch.nn.Module) -> None:
-        """Drop evaluations the model cannot run (e.g. bags larger than it was built for)."""
+        """Drop evaluations the model cannot run (e.g. bags larger than it was built for), with a
+        note (`notes`) for each."""
 
     def save_artifacts(self, run_dir: str) -> None:
         """Write what evaluate/predict need besides the checkpoint (e.g. a tokenizer)."""
