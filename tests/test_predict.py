@@ -98,6 +98,39 @@ def test_predict_one_text_writes_png_and_html(run_dir, capsys, tmp_path):
     assert abs(sum(row["probabilities"]) - 1) < 1e-3
 
 
+@pytest.fixture(scope="module", params=["lstm_attn", "lstm_mean"])
+def pooled_run_dir(request, tmp_path_factory):
+    """A run of the design card's model (attention pooling: one weight per token), or of the
+    baseline without attention."""
+    tmp = tmp_path_factory.mktemp(f"predict_{request.param}")
+    write_imdb(tmp / "data")
+    scorer = ["scorer=dot"] if request.param == "lstm_attn" else []
+    cfg = compose_train(tmp, f"model={request.param}", *scorer, *TINY_MODEL, *SHORT_TRAINING)
+    train_in_process(cfg, tmp / "run")
+    return request.param, tmp / "run"
+
+
+def test_predict_with_attention_pooling_or_none(pooled_run_dir, capsys, tmp_path):
+    model, pooled_run_dir = pooled_run_dir
+    rc, out, _ = predict(
+        capsys,
+        f"ckpt_path={pooled_run_dir}",
+        "text=this great science fiction film is really awesome",
+        f"out_dir={tmp_path}",
+    )
+    assert rc == 0 and out.split()[0] in ("positive", "negative")
+    (row,) = [
+        json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()
+    ]
+    if model == "lstm_mean":  # nothing to draw: no figure files, no error
+        assert row["files"] == [] and not list(tmp_path.glob("example*"))
+        return
+    assert sorted(row["files"]) == [str(tmp_path / f"example0000.{ext}") for ext in ("html", "png")]
+    html = (tmp_path / "example0000.html").read_text()
+    assert "pooling" in html and "head0" not in html  # one view: the pooling weights
+    assert all(word in html for word in ("great", "film", "[UNK]"))  # "science": not in training
+
+
 def test_edge_cases_from_a_texts_file(run_dir, capsys, tmp_path):
     texts = tmp_path / "texts.txt"
     texts.write_text(

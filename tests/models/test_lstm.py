@@ -183,6 +183,37 @@ def test_fast_dev_run(name, compose_cfg, tmp_path):
     assert (tmp_path / "run" / "tokenizer.json").is_file()
 
 
+@pytest.mark.parametrize(
+    "overrides, views",
+    [
+        (["model=lstm_attn", "scorer=dot"], ["pooling"]),
+        (["model=lstm_mhsa", "model.heads=2"], ["head0", "head1"]),
+    ],
+)
+def test_probe_heatmaps_reach_tensorboard(overrides, views, compose_cfg, tmp_path):
+    """Each validation draws the probe sentences' attention: one image a view (per head for MHSA)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    write_imdb(tmp_path / "data")
+    cfg = compose_cfg(
+        *overrides,
+        *TINY_MODEL,
+        "logger=tensorboard",
+        f"data.cache_dir={tmp_path}/cache",
+        "trainer.max_epochs=2",
+        "trainer.limit_train_batches=2",
+        "trainer.limit_val_batches=1",
+        "trainer.limit_test_batches=1",
+    )
+    train_in_process(cfg, tmp_path / "run")
+    accumulator = EventAccumulator(str(tmp_path / "run" / "tb"), size_guidance={"images": 0})
+    accumulator.Reload()
+    assert sorted(accumulator.Tags()["images"]) == [f"attention/{view}" for view in views]
+    for view in views:
+        images = accumulator.Images(f"attention/{view}")
+        assert len(images) == 2 and all(image.width > 0 for image in images)  # one per epoch
+
+
 def test_design_card_command_on_embedded_sample(tmp_path):
     """`python -m attnexp model=lstm_attn scorer=dot` (no data=) runs on the embedded IMDB sample."""
     env = {
