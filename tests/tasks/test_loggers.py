@@ -4,10 +4,20 @@ checkpoint the run goes on from is dropped (it is logged again)."""
 import csv
 import pickle
 
+import pytest
 from pytorch_lightning.loggers import TensorBoardLogger
+from tensorboard.summary.writer import event_file_writer
 from torch.utils.tensorboard import SummaryWriter
 
 from attnexp.tasks.loggers import CSVLogger, start_logs
+
+
+@pytest.fixture(autouse=True)
+def event_files_named_in_creation_order(monkeypatch):
+    """TensorBoard reads a folder's event files in name order, and a name ends in the count of
+    writers this process has made: once a test session has made ten, a later file ("....10")
+    sorts before an earlier one ("....9") of the same second. Each test counts from 0 again."""
+    monkeypatch.setattr(event_file_writer, "_global_uid", event_file_writer.AtomicCounter(0))
 
 
 def read_csv(path) -> list[dict[str, str]]:
