@@ -6,9 +6,9 @@ import torch
 from imdb_data import write_imdb
 from lightning_fabric.utilities.data import _set_sampler_epoch
 
+from attnexp.data.batching import collate_tokens
 from attnexp.data.imdb import IMDBDataModule
 from attnexp.data.sources import sample_path
-from attnexp.data.text_classification import collate_tokens
 from attnexp.errors import ConfigError
 
 

@@ -13,11 +13,8 @@ from imdb_data import TINY_MODEL, train_in_process
 from omegaconf import OmegaConf
 
 from attnexp.build import instantiate_checked
-from attnexp.data.text_classification import (
-    TextClassificationDataModule,
-    held_out_sizes,
-    stratified_split,
-)
+from attnexp.data.splits import held_out_sizes, stratified_split
+from attnexp.data.text_classification import TextClassificationDataModule
 from attnexp.errors import ConfigError
 
 

@@ -22,8 +22,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from attnexp.data.splits import Split
 from attnexp.data.text import not_utf8
-from attnexp.data.text_classification import SPLITS, Split, TextClassificationDataModule
+from attnexp.data.text_classification import SPLITS, TextClassificationDataModule
 from attnexp.errors import ConfigError, require_positive
 
 log = logging.getLogger(__name__)

@@ -19,9 +19,16 @@ from matplotlib.figure import Figure
 from torch.utils.data import DataLoader
 
 from attnexp.data.base import AttnDataModule
-from attnexp.data.batching import bucket_batch_sampler, check_epoch_order, pad_sequences
+from attnexp.data.batching import (
+    TokenDataset,
+    bucket_batch_sampler,
+    check_epoch_order,
+    collate_tokens,
+    pad_sequences,
+)
 from attnexp.data.resumable import ResumableLoader
 from attnexp.data.sources import resolve, sample_path
+from attnexp.data.splits import Split, stratified_split, subset
 from attnexp.data.text import (
     HTML_BREAK,
     PAD_ID,
@@ -49,73 +56,7 @@ from attnexp.errors import (
 )
 from attnexp.files import not_a_folder
 
-Split = dict[str, list]  # {"text": [...], "label": [...]}
 SPLITS = ("train", "test")  # what the loaders return; validation is carved out of one of them
-
-
-def held_out_sizes(counts: list[int], fraction: float) -> list[int]:
-    """How many of each label's `counts` to hold out: `fraction` of the total (rounded half up),
-    shared out by largest remainder, so the labels' shares add up to it."""
-    shares = [count * fraction for count in counts]
-    sizes = [int(share) for share in shares]
-    short = int(sum(counts) * fraction + 0.5) - sum(sizes)
-    by_remainder = sorted(range(len(counts)), key=lambda i: sizes[i] - shares[i])
-    for i in by_remainder[:short]:
-        sizes[i] += 1
-    return sizes
-
-
-def stratified_split(
-    labels: list[int], fraction: float, seed: int, block: int = 1
-) -> tuple[list[int], list[int]]:
-    """(keep, held_out) indices: `fraction` of each label held out, chosen at random for the seed.
-
-    block > 1 holds out whole runs of `block` consecutive examples of a label (in data order; the
-    last run taken is cut to the exact count) instead of single examples."""
-    generator = torch.Generator().manual_seed(seed)
-    labels_t = torch.as_tensor(labels)
-    keep, held = [], []
-    uniq = labels_t.unique()
-    sizes = held_out_sizes([int((labels_t == label).sum()) for label in uniq], fraction)
-    for label, n_held in zip(uniq, sizes, strict=True):
-        runs = torch.nonzero(labels_t == label).squeeze(1).split(block)
-        order = torch.randperm(len(runs), generator=generator).tolist()
-        idx = torch.cat([runs[i] for i in order])
-        held += idx[:n_held].tolist()
-        keep += idx[n_held:].tolist()
-    return sorted(keep), sorted(held)
-
-
-def subset(split: Split, indices: list[int]) -> Split:
-    return {k: [split[k][i] for i in indices] for k in ("text", "label")}
-
-
-class TokenDataset(torch.utils.data.Dataset):
-    """(token ids, label) pairs from the tokenized HF dataset (`tokenize_dataset`)."""
-
-    def __init__(self, encoded: Dataset, labels: list[int]) -> None:
-        # datasets >= 4 gives a lazy column, read from Arrow on indexing; older versions a list.
-        self.ids, self.labels = encoded["input_ids"], labels
-        self.lengths: list[int] = encoded.select_columns(["length"])[:]["length"]  # one read
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __getitem__(self, i: int) -> tuple[list[int], int]:
-        return self.ids[i], self.labels[i]
-
-    def __getitems__(self, indices: list[int]) -> list[tuple[list[int], int]]:
-        """A whole batch, which the DataLoader asks for when this method exists. A lazy column
-        reads a list of rows in one Arrow call: ~1 ms for 128 IMDB reviews, against ~12 ms for
-        128 single reads (a CPU cost that weighs on a GPU run: an IMDB step on an H100 took
-        ~50 ms, docs/RESULTS.md)."""
-        ids = [self.ids[i] for i in indices] if isinstance(self.ids, list) else self.ids[indices]
-        return list(zip(ids, [self.labels[i] for i in indices], strict=True))
-
-
-def collate_tokens(examples: list[tuple[list[int], int]]) -> dict[str, torch.Tensor]:
-    ids, mask = pad_sequences([e[0] for e in examples], PAD_ID)
-    return {"input_ids": ids, "mask": mask, "labels": torch.tensor([e[1] for e in examples])}
 
 
 class TextClassificationDataModule(AttnDataModule):

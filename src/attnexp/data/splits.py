@@ -1,0 +1,45 @@
+"""Held-out parts of a labelled split, stratified by label and drawn from a seed.
+
+A split is `{"text": [str, ...], "label": [int, ...]}`; labels are class indices.
+"""
+
+import torch
+
+Split = dict[str, list]  # {"text": [...], "label": [...]}
+
+
+def held_out_sizes(counts: list[int], fraction: float) -> list[int]:
+    """How many of each label's `counts` to hold out: `fraction` of the total (rounded half up),
+    shared out by largest remainder, so the labels' shares add up to it."""
+    shares = [count * fraction for count in counts]
+    sizes = [int(share) for share in shares]
+    short = int(sum(counts) * fraction + 0.5) - sum(sizes)
+    by_remainder = sorted(range(len(counts)), key=lambda i: sizes[i] - shares[i])
+    for i in by_remainder[:short]:
+        sizes[i] += 1
+    return sizes
+
+
+def stratified_split(
+    labels: list[int], fraction: float, seed: int, block: int = 1
+) -> tuple[list[int], list[int]]:
+    """(keep, held_out) indices: `fraction` of each label held out, chosen at random for the seed.
+
+    block > 1 holds out whole runs of `block` consecutive examples of a label (in data order; the
+    last run taken is cut to the exact count) instead of single examples."""
+    generator = torch.Generator().manual_seed(seed)
+    labels_t = torch.as_tensor(labels)
+    keep, held = [], []
+    uniq = labels_t.unique()
+    sizes = held_out_sizes([int((labels_t == label).sum()) for label in uniq], fraction)
+    for label, n_held in zip(uniq, sizes, strict=True):
+        runs = torch.nonzero(labels_t == label).squeeze(1).split(block)
+        order = torch.randperm(len(runs), generator=generator).tolist()
+        idx = torch.cat([runs[i] for i in order])
+        held += idx[:n_held].tolist()
+        keep += idx[n_held:].tolist()
+    return sorted(keep), sorted(held)
+
+
+def subset(split: Split, indices: list[int]) -> Split:
+    return {k: [split[k][i] for i in indices] for k in ("text", "label")}
