@@ -289,6 +289,9 @@ def test_resume_auto_then_a_run_dir(finished_run):
     first = read(run_dir / "metrics.json")
     result = run_cli(tmp, *TINY, "resume=auto")  # the newest run with these overrides
     assert result.returncode == 0, result.stderr[-4000:]
+    assert f"resume=auto: the newest run with these overrides, {run_dir}, has completed" in (
+        result.stdout + result.stderr
+    )
     assert list((tmp / "outputs" / "runs").iterdir()) == [run_dir]  # no new run dir
     assert read(run_dir / "metrics.attempt1.json")["started_at"] == first["started_at"]
 

@@ -97,8 +97,24 @@ def resolve_run_dir(resume: str | None, runs_root: str, overrides: list[str]) ->
                 "resume=auto: no earlier run with these overrides in %s; starting a new run", root
             )
             return str(root / new_run_name())
+        if existing_record(found).get("status") == "completed":
+            log.warning(
+                "resume=auto: the newest run with these overrides, %s, has completed: it trains on "
+                "only as far as a raised trainer.max_epochs / max_steps allows, then is tested "
+                "again (drop resume=auto for a new run)",
+                found,
+            )
         return str(found)
     return str(Path(resume).expanduser().resolve())
+
+
+def existing_record(run_dir: Path) -> dict:
+    """A run's metrics.json, {} when it has none or it cannot be read."""
+    try:
+        record = json.loads((run_dir / METRICS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def _by_key(overrides: list[str]) -> dict[str, str]:
@@ -170,10 +186,7 @@ def writer_alive(record: dict) -> bool | None:
 
 def check_not_running(run_dir: Path, setting: str) -> None:
     """Two processes must never write one run dir: its run's writer must have stopped."""
-    try:
-        record = json.loads((run_dir / METRICS_FILE).read_text())
-    except (OSError, ValueError):
-        return  # no readable record: nothing says it is running
+    record = existing_record(run_dir)  # none readable: nothing says it is running
     if writer_alive(record):
         raise ConfigError(
             f"{setting}: the run in {run_dir} is still running (pid {record['pid']} on this "
