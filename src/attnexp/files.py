@@ -13,11 +13,14 @@ TORCH_LOAD_ERRORS = (OSError, RuntimeError, KeyError, EOFError, pickle.Unpicklin
 def write_atomically(path: Path, write: Callable[[Path], object]) -> Path:
     """`write(partial)` fills a file beside `path`, which then replaces `path` in one step: a
     reader (a parallel sweep job, a DDP rank, a report) never sees half a file, and a process
-    killed while writing leaves no broken one behind."""
+    killed while writing leaves no broken one behind (at most a stray `.tmp<pid>` beside it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".tmp{os.getpid()}")
-    write(partial)
-    partial.replace(path)
+    try:
+        write(partial)
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)  # a write that failed leaves nothing half-written
     return path
 
 

@@ -2,7 +2,13 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler
 
-from attnexp.data.batching import BucketBatchSampler, bucket_batch_sampler, pad_sequences
+from attnexp.data.batching import (
+    BucketBatchSampler,
+    bucket_batch_sampler,
+    bucketed_loader,
+    pad_sequences,
+)
+from attnexp.data.resumable import ResumableLoader
 from attnexp.errors import ConfigError
 
 LENGTHS = [5, 1, 9, 3, 3, 7, 2, 8, 4, 6, 10, 1, 2]
@@ -96,3 +102,23 @@ def test_no_seed_repeats_the_order_of_another_seeds_epoch():
 
     assert order(0, 1) != order(1, 0) and order(0, 2) != order(1, 1) != order(2, 0)
     assert order(3, 1) == order(3, 1)  # still a function of (seed, epoch)
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_bucketed_loader_serves_every_sample_once(train):
+    dataset = [(i, length) for i, length in enumerate(LENGTHS)]
+    loader = bucketed_loader(
+        dataset,
+        LENGTHS,
+        4,
+        train=train,
+        seed=0,
+        collate_fn=lambda examples: [i for i, _ in examples],
+        num_workers=0,
+        pool_batches=2,
+    )
+    # Training batches resume mid-epoch; the others are plain loaders.
+    assert isinstance(loader, ResumableLoader) is train
+    served = [i for batch in loader for i in batch]
+    assert sorted(served) == list(range(len(LENGTHS)))
+    assert len(served) == len(LENGTHS)

@@ -1,5 +1,3 @@
-import io
-
 import pytest
 import torch
 from lcqmc_data import write_lcqmc
@@ -71,36 +69,6 @@ def test_typed_special_tokens_are_plain_text(tmp_path):
     again = PairTokenizer.load(tmp_path / "tokenizer.json")
     assert again.encode_pairs(["电[SEP][CLS]"], ["脑[PAD][UNK]"], 32)[0] == ids
     assert again.fingerprint() == tok.fingerprint()  # encoding caches keep their keys
-
-
-def test_plot_pair_attention_draws_dollar_signs_literally():
-    from attnexp.viz.pairs import plot_pair_attention
-
-    tokens = ["[CLS]", "$$", "$5-$10", "[SEP]"]
-    figure = plot_pair_attention(tokens, [torch.softmax(torch.randn(1, 4, 4), -1)])
-    figure.savefig(io.BytesIO(), format="png")  # "$$" is an empty formula to mathtext
-    (ax,) = figure.axes
-    assert [t.get_text() for t in ax.get_xticklabels()] == tokens
-    assert not any(t.get_parse_math() for t in ax.get_xticklabels() + ax.get_yticklabels())
-
-
-def test_without_a_cjk_font_labels_are_code_points_and_a_warning_says_how_to_get_one(
-    monkeypatch, caplog
-):
-    from attnexp.viz import pairs
-
-    monkeypatch.setattr(pairs.font_manager.fontManager, "ttflist", [])
-    monkeypatch.setattr(pairs, "PACKAGED_FONTS", ())
-    pairs.cjk_font.cache_clear()
-    try:
-        with caplog.at_level("WARNING", logger=pairs.__name__):
-            assert pairs.cjk_font() is None
-    finally:
-        pairs.cjk_font.cache_clear()  # the next caller looks again, with the real fonts
-    assert "pip install 'attnexp[cjk]'" in caplog.text
-    assert "pip install -e '.[cjk]'" in caplog.text  # the README's form, for a source checkout
-    assert pairs.token_label("电脑[SEP]", have_font=False) == "U+7535U+8111[SEP]"
-    assert pairs.token_label("电脑", have_font=True) == "电脑"
 
 
 def test_non_utf8_file_names_file_and_encoding(tmp_path):

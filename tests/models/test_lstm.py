@@ -131,7 +131,10 @@ def test_config_errors():
         LSTMAttention(V, 2, scorer=DotScorer, query_init="zeros")
     with pytest.raises(ConfigError, match=r"std 0.034: the positions would drown the words"):
         LSTMSelfAttention(1720, 2, heads=2, use_lstm=False, embed_dim=8, embed_init="xavier")
-    with pytest.raises(ConfigError, match="max_seq_len"):
+    with pytest.raises(
+        ConfigError,
+        match=r"5 tokens is longer than the model.s max_seq_len=3 \(set data.max_seq_len <= 3",
+    ):
         LSTMSelfAttention(V, 2, heads=2, use_lstm=False, embed_dim=8, max_seq_len=3)(
             torch.ones(1, 5, dtype=torch.long), torch.ones(1, 5, dtype=torch.bool)
         )

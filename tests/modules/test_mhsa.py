@@ -3,7 +3,7 @@ import torch
 from torch import nn
 
 from attnexp.errors import ConfigError
-from attnexp.modules import MultiHeadSelfAttention
+from attnexp.modules import MultiHeadSelfAttention, SimpleSelfAttention
 from attnexp.modules.masking import lengths_to_mask
 
 B, T, E, NH = 2, 5, 8, 2
@@ -106,7 +106,31 @@ def test_dropout_only_in_training():
     assert not torch.allclose(layer(x, need_weights=True)[0], layer(x, need_weights=True)[0])
 
 
-@pytest.mark.parametrize("heads", [3, 0])
-def test_hidden_not_divisible_by_heads(heads):
-    with pytest.raises(ConfigError, match=rf"hidden size 8 is not divisible by heads={heads}"):
+@pytest.mark.parametrize(
+    ("heads", "message"),
+    [
+        (
+            3,
+            r"feature size 8 is not divisible by model.heads=3 \(set model.heads to a divisor of 8",
+        ),
+        (0, r"model.heads=0 must be a positive integer"),
+    ],
+)
+def test_heads_must_divide_the_features(heads, message):
+    with pytest.raises(ConfigError, match=message):
         MultiHeadSelfAttention(8, heads)
+
+
+def test_simple_self_attention_ignores_padding():
+    x = torch.randn(B, T, E)
+    mask = torch.ones(B, T, dtype=torch.bool)
+    mask[0, 3:] = False
+    out, weights = SimpleSelfAttention()(x, mask, need_weights=True)
+    assert weights.shape == (B, 1, T, T)
+    assert torch.all(weights[0, :, :, 3:] == 0)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(B, 1, T))
+    changed = x.clone()
+    changed[0, 3:] = 100.0
+    out_changed, _ = SimpleSelfAttention()(changed, mask)
+    torch.testing.assert_close(out_changed[0, :3], out[0, :3])
+    assert SimpleSelfAttention()(x, mask)[1] is None

@@ -89,9 +89,9 @@ def test_gradients_flow():
 def test_block_errors():
     with pytest.raises(ConfigError, match="norm 'mid' is not one of post, pre"):
         TransformerEncoderBlock(E, NH, FF, norm="mid")
-    with pytest.raises(ConfigError, match="not divisible by heads=3"):
+    with pytest.raises(ConfigError, match="not divisible by model.heads=3"):
         TransformerEncoderBlock(E, 3, FF)
-    with pytest.raises(ConfigError, match="not divisible by heads=3"):
+    with pytest.raises(ConfigError, match="not divisible by model.heads=3"):
         TorchEncoderBlock(E, 3, FF)
     with pytest.raises(ConfigError, match="model.attention_dropout"):
         TorchEncoderBlock(E, NH, FF, dropout=0.1, attention_dropout=0.2)

@@ -1,12 +1,13 @@
 """Length-bucketed batching and padding for token sequences, and the token-id dataset they batch
 (shared by the text DataModules)."""
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import torch
-from torch.utils.data import BatchSampler, Sampler
+from torch.utils.data import BatchSampler, DataLoader, Sampler
 
+from attnexp.data.resumable import ResumableLoader
 from attnexp.data.seeds import epoch_seed
 from attnexp.data.text import PAD_ID
 from attnexp.errors import ConfigError
@@ -132,6 +133,36 @@ def bucket_batch_sampler(
         shuffle=shuffle,
         seed=seed,
         pool_batches=pool_batches,
+    )
+
+
+def bucketed_loader(
+    dataset: torch.utils.data.Dataset,
+    lengths: Sequence[int] | torch.Tensor,
+    batch_size: int,
+    *,
+    train: bool,
+    seed: int,
+    collate_fn: Callable,
+    num_workers: int,
+    epoch_order: str = "reshuffle",
+    pool_batches: int = 50,
+) -> DataLoader:
+    """The text DataModules' loader over length-bucketed batches (see `bucket_batch_sampler`).
+
+    The training loader is a `ResumableLoader`, so a resumed run picks its epoch up mid-way;
+    `collate_fn` must pickle (a function or a partial, not a lambda) for spawned workers.
+    """
+    sampler = bucket_batch_sampler(
+        lengths, batch_size, train, seed, pool_batches, epoch_order=epoch_order
+    )
+    loader = ResumableLoader if train else DataLoader
+    return loader(
+        dataset,
+        batch_sampler=sampler,
+        collate_fn=collate_fn,
+        num_workers=num_workers,
+        persistent_workers=num_workers > 0,
     )
 
 

@@ -68,13 +68,12 @@ class PairTokenizer:
         tokenizer.no_truncation()
 
     @classmethod
-    def from_texts(
-        cls, texts: Iterable[str], min_frequency: int = 1, max_vocab: int | None = None
-    ) -> "PairTokenizer":
-        """Vocabulary of the tokens in `texts` (specials first: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3)."""
+    def from_texts(cls, texts: Iterable[str], min_frequency: int = 1) -> "PairTokenizer":
+        """Vocabulary of every token in `texts` seen `min_frequency` times (no size cap; specials
+        first: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3)."""
         tokenizer = _base_tokenizer({UNK: 0})
         trainer = trainers.WordLevelTrainer(
-            vocab_size=max_vocab or 10_000_000,
+            vocab_size=10_000_000,  # above any vocabulary: no cap
             min_frequency=min_frequency,
             special_tokens=list(SPECIAL_TOKENS),
             show_progress=False,

@@ -23,9 +23,8 @@ from matplotlib.figure import Figure
 from torch.utils.data import DataLoader, Dataset
 
 from attnexp.data.base import AttnDataModule
-from attnexp.data.batching import bucket_batch_sampler, check_epoch_order, pad_sequences
+from attnexp.data.batching import bucketed_loader, check_epoch_order, pad_sequences
 from attnexp.data.chinese import PairTokenizer, check_pair_len
-from attnexp.data.resumable import ResumableLoader
 from attnexp.data.sources import resolve
 from attnexp.data.text import not_utf8, save_tokenizer
 from attnexp.errors import ConfigError, require_fraction, require_non_negative, require_positive
@@ -367,18 +366,15 @@ class LCQMCDataModule(AttnDataModule):
     # ---------------------------------------------------------------- loaders
     def _loader(self, split: str, train: bool) -> DataLoader:
         dataset = self.datasets[split]
-        batch_size = self.batch_size if train else self.eval_batch_size
-        sampler = bucket_batch_sampler(
-            dataset.lengths, batch_size, train, self.seed, epoch_order=self.epoch_order
-        )
-        loader = ResumableLoader if train else DataLoader  # training batches: resumable
-        return loader(
+        return bucketed_loader(
             dataset,
-            batch_sampler=sampler,
-            num_workers=self.num_workers,
-            # a partial, not a lambda: workers started by spawn/forkserver must pickle it
+            dataset.lengths,
+            self.batch_size if train else self.eval_batch_size,
+            train=train,
+            seed=self.seed,
             collate_fn=functools.partial(dataset.collate, pad_id=self.tokenizer.pad_id),
-            persistent_workers=self.num_workers > 0,
+            num_workers=self.num_workers,
+            epoch_order=self.epoch_order,
         )
 
     def train_dataloader(self) -> DataLoader:

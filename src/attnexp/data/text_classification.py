@@ -21,12 +21,11 @@ from torch.utils.data import DataLoader
 from attnexp.data.base import AttnDataModule
 from attnexp.data.batching import (
     TokenDataset,
-    bucket_batch_sampler,
+    bucketed_loader,
     check_epoch_order,
     collate_tokens,
     pad_sequences,
 )
-from attnexp.data.resumable import ResumableLoader
 from attnexp.data.sources import resolve, sample_path
 from attnexp.data.splits import Split, stratified_split, subset
 from attnexp.data.text import (
@@ -383,18 +382,16 @@ class TextClassificationDataModule(AttnDataModule):
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         data = self.splits[split]
-        lengths = [max(1, n) for n in data.lengths]
-        sampler = bucket_batch_sampler(
-            lengths, self.batch_size, shuffle, self.seed, self.pool_batches,
-            epoch_order=self.epoch_order,
-        )  # fmt: skip
-        loader = ResumableLoader if shuffle else DataLoader  # training batches: resumable
-        return loader(
+        return bucketed_loader(
             data,
-            batch_sampler=sampler,
+            [max(1, n) for n in data.lengths],
+            self.batch_size,
+            train=shuffle,
+            seed=self.seed,
             collate_fn=collate_tokens,
             num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
+            epoch_order=self.epoch_order,
+            pool_batches=self.pool_batches,
         )
 
     def train_dataloader(self) -> DataLoader:

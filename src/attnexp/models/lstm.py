@@ -9,17 +9,12 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from attnexp.errors import ConfigError, require_positive
-from attnexp.modules import (
-    AttentionPooling,
-    MultiHeadSelfAttention,
-    Scorer,
-    masked_mean,
-    masked_softmax,
-)
-from attnexp.modules.embeddings import sinusoidal_table
+from attnexp.errors import ConfigError
+from attnexp.modules import AttentionPooling, MultiHeadSelfAttention, Scorer, masked_mean
+from attnexp.modules.embeddings import SinusoidalPositionalEncoding
 from attnexp.modules.init import init_linear_layers
 from attnexp.modules.lstm import LSTMEncoder
+from attnexp.modules.mhsa import SimpleSelfAttention, check_heads
 
 SELF_ATTENTIONS = ("mhsa", "simple")
 
@@ -129,15 +124,6 @@ class LSTMAttention(_TextClassifier):
         return self.attention(features, mask)  # (B, D), (B, T)
 
 
-class SimpleSelfAttention(nn.Module):
-    """Parameter-free softmax(X X^T) X over the real tokens; weights (B, 1, T, T)."""
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        scores = x @ x.transpose(1, 2)  # (B, T, T)
-        weights = masked_softmax(scores, mask[:, None, :])  # keys masked
-        return weights @ x, weights.unsqueeze(1)  # (B, T, D), (B, 1, T, T)
-
-
 class LSTMSelfAttention(_TextClassifier):
     """BiLSTM (or embeddings + positions) -> self-attention -> masked mean -> linear.
 
@@ -201,18 +187,10 @@ class LSTMSelfAttention(_TextClassifier):
         width = self.encoder.output_dim if use_lstm else embed_dim
         if not use_lstm:
             del self.encoder.lstm  # only the embedding is used
-            self.register_buffer(
-                "positions", sinusoidal_table(max_seq_len, embed_dim), persistent=False
-            )
+            self.positions = SinusoidalPositionalEncoding(max_seq_len, embed_dim)
             self.head = nn.Linear(width, num_classes)
         if attention == "mhsa":
-            require_positive("model.heads", heads)
-            if width % heads:
-                sized_by = "model.hidden_size" if use_lstm else "model.embed_dim"
-                raise ConfigError(
-                    f"feature size {width} is not divisible by model.heads={heads} "
-                    f"(set model.heads to a divisor of {width}, or change {sized_by})"
-                )
+            check_heads(width, heads, "model.hidden_size" if use_lstm else "model.embed_dim")
             self.self_attention = MultiHeadSelfAttention(width, heads, dropout=attn_dropout)
         else:
             self.self_attention = SimpleSelfAttention()
@@ -224,15 +202,8 @@ class LSTMSelfAttention(_TextClassifier):
         if self.use_lstm:
             features = self.encoder(input_ids, mask)  # (B, T, D)
         else:
-            if self.positions.shape[0] < T:
-                raise ConfigError(
-                    f"input of {T} tokens is longer than model.max_seq_len={self.positions.shape[0]}"
-                )
-            embedded = self.encoder.embedding(input_ids) + self.positions[:T]  # (B, T, E)
+            embedded = self.encoder.embedding(input_ids) + self.positions(T)  # (B, T, E)
             features = self.encoder.embed_dropout(embedded)
-        if isinstance(self.self_attention, SimpleSelfAttention):
-            attended, weights = self.self_attention(features, mask)
-        else:
-            attended, weights = self.self_attention(features, mask, need_weights=return_attention)
+        attended, weights = self.self_attention(features, mask, need_weights=return_attention)
         logits = self.head(self.dropout(masked_mean(attended, mask)))  # (B, classes)
         return (logits, weights) if return_attention else logits

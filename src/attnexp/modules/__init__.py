@@ -1,7 +1,7 @@
 """Framework-free attention building blocks (no Lightning, no Hydra)."""
 
 from attnexp.modules.masking import lengths_to_mask, masked_mean, masked_softmax
-from attnexp.modules.mhsa import MultiHeadSelfAttention
+from attnexp.modules.mhsa import MultiHeadSelfAttention, SimpleSelfAttention
 from attnexp.modules.pooling import AttentionPooling
 from attnexp.modules.scorers import (
     AdditiveScorer,
@@ -21,6 +21,7 @@ __all__ = [
     "ScaledDotScorer",
     "Scorer",
     "SimpleScorer",
+    "SimpleSelfAttention",
     "lengths_to_mask",
     "masked_mean",
     "masked_softmax",

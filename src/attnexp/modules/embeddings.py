@@ -25,6 +25,15 @@ def sinusoidal_table(max_len: int, embed_dim: int) -> torch.Tensor:
     return table
 
 
+def check_length(length: int, max_len: int) -> None:
+    """A position table has rows for max_len tokens; a longer input has no position to take."""
+    if length > max_len:
+        raise ConfigError(
+            f"sequence of {length} tokens is longer than the model's max_seq_len={max_len} "
+            f"(set data.max_seq_len <= {max_len}, or retrain with a larger one)"
+        )
+
+
 class TokenEmbedding(nn.Module):
     """ids (B, T) -> (B, T, E), multiplied by sqrt(E) as in Vaswani et al.
 
@@ -53,6 +62,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.register_buffer("table", sinusoidal_table(max_len, embed_dim), persistent=False)
 
     def forward(self, length: int) -> torch.Tensor:
+        check_length(length, self.max_len)
         return self.table[:length]
 
 
@@ -66,6 +76,7 @@ class LearnedPositionalEmbedding(nn.Module):
         nn.init.normal_(self.embedding.weight, std=0.02)
 
     def forward(self, length: int) -> torch.Tensor:
+        check_length(length, self.max_len)
         return self.embedding.weight[:length]
 
 
@@ -110,11 +121,6 @@ class PairEmbeddings(nn.Module):
     ) -> torch.Tensor:
         """input_ids, segment_ids (B, T), extra (B, T, E) added before the norm -> (B, T, E)."""
         B, T = input_ids.shape
-        if self.positions.max_len < T:
-            raise ConfigError(
-                f"sequence of {T} tokens is longer than the model's max_seq_len={self.positions.max_len} "
-                f"(set data.max_seq_len <= {self.positions.max_len}, or retrain with a larger one)"
-            )
         x = (
             self.tokens(input_ids) + self.segments(segment_ids) + self.positions(T)[None]
         )  # (B, T, E)

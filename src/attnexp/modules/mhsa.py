@@ -4,8 +4,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnexp.errors import ConfigError
+from attnexp.errors import ConfigError, require_positive
 from attnexp.modules.masking import masked_softmax
+
+
+def check_heads(width: int, num_heads: int, sized_by: str = "model.hidden_size") -> None:
+    """Each of nh heads gets width / nh features: nh must be a positive divisor of the width.
+
+    `sized_by` is the setting that decides the width, named in the message as the other fix.
+    """
+    require_positive("model.heads", num_heads)
+    if width % num_heads:
+        raise ConfigError(
+            f"feature size {width} is not divisible by model.heads={num_heads} "
+            f"(set model.heads to a divisor of {width}, or change {sized_by})"
+        )
 
 
 class MultiHeadSelfAttention(nn.Module):
@@ -17,11 +30,7 @@ class MultiHeadSelfAttention(nn.Module):
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
-        if num_heads < 1 or embed_dim % num_heads != 0:
-            raise ConfigError(
-                f"hidden size {embed_dim} is not divisible by heads={num_heads}: each head gets "
-                f"hidden/heads features (set model.heads to a divisor of {embed_dim})"
-            )
+        check_heads(embed_dim, num_heads)
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
@@ -54,3 +63,18 @@ class MultiHeadSelfAttention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout)
         out = out.transpose(1, 2).reshape(B, T, E)  # (B, T, E)
         return self.out_proj(out), weights
+
+
+class SimpleSelfAttention(nn.Module):
+    """Parameter-free self-attention softmax(X X^T) X over the real tokens (one head).
+
+    Same interface as `MultiHeadSelfAttention`; the weights (B, 1, T, T) come only when asked for.
+    """
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, T, E), mask (B, T) -> out (B, T, E), weights (B, 1, T, T) or None."""
+        scores = x @ x.transpose(1, 2)  # (B, T, T)
+        weights = masked_softmax(scores, mask[:, None, :])  # keys masked
+        return weights @ x, weights.unsqueeze(1) if need_weights else None

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnexp.errors import ConfigError
-from attnexp.modules.mhsa import MultiHeadSelfAttention
+from attnexp.modules.mhsa import MultiHeadSelfAttention, check_heads
 
 NORMS = ("post", "pre")
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
@@ -113,10 +113,7 @@ class TorchEncoderBlock(nn.Module):
     ) -> None:
         super().__init__()
         check_block_args(norm, activation)
-        if embed_dim % num_heads:
-            raise ConfigError(
-                f"hidden size {embed_dim} is not divisible by heads={num_heads} (set model.heads to a divisor of {embed_dim})"
-            )
+        check_heads(embed_dim, num_heads)
         if attention_dropout != dropout:
             raise ConfigError(
                 f"model.impl=torch uses one dropout for attention and residuals: set model.attention_dropout="

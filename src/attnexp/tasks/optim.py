@@ -1,7 +1,6 @@
 """Optimiser parameter groups and learning-rate schedules."""
 
 import math
-from collections.abc import Iterable
 
 import torch
 from torch import nn
@@ -54,8 +53,3 @@ def linear_warmup_decay(
         return 1.0 - progress if decay == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return LambdaLR(optimizer, factor)
-
-
-def total_norm(parameters: Iterable[torch.Tensor]) -> float:
-    grads = [p.grad.detach().norm() for p in parameters if p.grad is not None]
-    return float(torch.stack(grads).norm()) if grads else 0.0

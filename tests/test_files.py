@@ -1,0 +1,42 @@
+import pytest
+
+from attnexp.files import next_attempt, not_a_folder, write_atomically
+
+
+def test_write_atomically_replaces_the_file_in_one_step(tmp_path):
+    path = tmp_path / "deep" / "metrics.json"
+    write_atomically(path, lambda partial: partial.write_text("first"))
+    write_atomically(path, lambda partial: partial.write_text("second"))
+    assert path.read_text() == "second"
+    assert [p.name for p in path.parent.iterdir()] == ["metrics.json"]
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_partial(tmp_path):
+    path = tmp_path / "metrics.json"
+    path.write_text("kept")
+
+    def fail(partial):
+        partial.write_text("half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        write_atomically(path, fail)
+    assert path.read_text() == "kept"
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]
+
+
+def test_next_attempt_takes_the_first_free_name(tmp_path):
+    path = tmp_path / "metrics.json"
+    assert next_attempt(path) == (1, tmp_path / "metrics.attempt1.json")
+    (tmp_path / "metrics.attempt1.json").write_text("{}")
+    (tmp_path / "metrics.attempt3.json").write_text("{}")
+    assert next_attempt(path) == (2, tmp_path / "metrics.attempt2.json")
+
+
+def test_not_a_folder_names_the_file_in_the_way(tmp_path):
+    afile = tmp_path / "notes.txt"
+    afile.write_text("x")
+    assert not_a_folder(tmp_path) is None
+    assert not_a_folder(tmp_path / "new" / "deeper") is None  # can be made
+    assert not_a_folder(afile) == afile
+    assert not_a_folder(afile / "sub" / "dir") == afile

@@ -1,0 +1,55 @@
+import io
+
+import pytest
+import torch
+
+from attnexp.viz.text import token_heatmap, token_html, token_weights
+
+MASK = torch.tensor([[True, True, True, False], [True, True, False, False]])
+
+
+def test_pooling_weights_are_kept_and_padding_zeroed():
+    attention = torch.full((2, 4), 0.25)
+    (view,) = token_weights(attention, MASK).items()
+    assert view[0] == "pooling"
+    torch.testing.assert_close(view[1], attention * MASK)
+
+
+def test_self_attention_becomes_the_weight_each_token_receives_from_real_queries():
+    B, nh, T = 2, 2, 4
+    attention = torch.softmax(torch.randn(B, nh, T, T), -1)
+    attention[:, :, 3] = 100.0  # a padded query of row 0 must not count
+    weights = token_weights(attention, MASK)
+    assert list(weights) == ["head0", "head1"]
+    expected = attention[0, 1, :3, :].mean(0) * MASK[0]  # row 0, head 1: mean over queries 0-2
+    torch.testing.assert_close(weights["head1"][0], expected)
+    assert torch.all(weights["head0"][1, 2:] == 0)  # padded tokens receive nothing
+
+
+def test_no_attention_gives_no_views_and_a_wrong_shape_is_refused():
+    assert token_weights(None, MASK) == {}
+    with pytest.raises(ValueError, match=r"attention of shape \(2, 4, 4\): expected"):
+        token_weights(torch.ones(2, 4, 4), MASK)
+
+
+def test_html_escapes_tokens_and_shades_by_the_largest_weight():
+    page = token_html(["<script>", "ok"], {"pooling": torch.tensor([0.2, 0.8])}, "a & b")
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert "<title>a &amp; b</title>" in page
+    assert "rgba(220,30,30,0.250)" in page and "rgba(220,30,30,1.000)" in page
+
+
+def test_heatmap_wraps_long_rows():
+    figure = token_heatmap([[f"t{i}" for i in range(7)]], torch.rand(1, 7), ["row"], wrap=3)
+    (ax,) = figure.axes
+    assert len(ax.texts) == 7
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["row", "", ""]  # 3 + 3 + 1 tokens
+
+
+def test_token_heatmap_draws_dollar_signs_literally():
+    tokens = ["worth", "$$", "$5-$10", "$x$"]
+    figure = token_heatmap([tokens], torch.rand(1, 4), ["$$ row"])
+    figure.savefig(io.BytesIO(), format="png")  # "$$" is an empty formula to mathtext
+    (ax,) = figure.axes
+    assert [t.get_text() for t in ax.texts] == tokens
+    assert not any(t.get_parse_math() for t in [*ax.texts, *ax.get_yticklabels()])
