@@ -17,7 +17,6 @@ import hashlib
 import logging
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 from torch.utils.data import DataLoader, Dataset
@@ -432,7 +431,7 @@ class LCQMCDataModule(AttnDataModule):
         """Per pair: a PNG of layers x heads heatmaps over its tokens, and an HTML page of the
         attention each token receives (per layer and head)."""
         from attnexp.viz.pairs import plot_pair_attention
-        from attnexp.viz.text import save_token_html, token_weights
+        from attnexp.viz.text import save_prediction, token_weights
 
         if attention is None:
             return []
@@ -449,14 +448,9 @@ class LCQMCDataModule(AttnDataModule):
             tokens = self.ensure_tokenizer().ids_to_tokens(batch["input_ids"][b, :length].tolist())
             maps = [layer[b, :, :length, :length] for layer in attention]
             title = f"p(similar)={float(probs[b, 1]):.2f}"
-            figure = plot_pair_attention(tokens, maps, title)
-            figure.savefig(stem.with_suffix(".png"), dpi=100)
-            plt.close(figure)
             per_view = {view: w[b, :length] for view, w in received.items()}
-            written += [
-                stem.with_suffix(".png"),
-                save_token_html(tokens, per_view, title, stem.with_suffix(".html")),
-            ]
+            figure = plot_pair_attention(tokens, maps, title)
+            written += save_prediction(figure, tokens, per_view, title, stem, dpi=100)
         return written
 
     def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor] | None:

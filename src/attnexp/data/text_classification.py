@@ -486,9 +486,7 @@ class TextClassificationDataModule(AttnDataModule):
         self, batch: dict, probs: torch.Tensor, attention, out_stems: list[Path]
     ) -> list[Path]:
         """Per example: a token heatmap PNG and a self-contained HTML, `<stem>.png` / `<stem>.html`."""
-        import matplotlib.pyplot as plt
-
-        from attnexp.viz.text import save_token_html, token_heatmap
+        from attnexp.viz.text import example_heatmap, save_prediction
 
         if attention is None:
             return []
@@ -499,18 +497,6 @@ class TextClassificationDataModule(AttnDataModule):
                 continue
             title = f"{self.labels[int(probs[i].argmax())]} ({float(probs[i].max()):.3f})"
             per_view = {view: w[i, : len(tokens)] for view, w in weights.items()}
-            wrap = 16 if len(tokens) > 16 else None
-            rows_i = [tokens] * len(per_view)
-            stacked = (
-                torch.stack([w for w in per_view.values()])
-                if per_view
-                else torch.zeros(0, len(tokens))
-            )
-            fig = token_heatmap(rows_i, stacked, list(per_view), title=title, wrap=wrap)
-            fig.savefig(stem.with_suffix(".png"), dpi=110)
-            plt.close(fig)
-            written += [
-                stem.with_suffix(".png"),
-                save_token_html(tokens, per_view, title, stem.with_suffix(".html")),
-            ]
+            figure = example_heatmap(tokens, per_view, title)
+            written += save_prediction(figure, tokens, per_view, title, stem)
         return written

@@ -106,3 +106,28 @@ def save_token_html(
 ) -> Path:
     Path(path).write_text(token_html(tokens, weights, title), encoding="utf-8")
     return Path(path)
+
+
+def example_heatmap(tokens: list[str], weights: dict[str, torch.Tensor], title: str) -> Figure:
+    """One example's heatmap: a row of its tokens per view, wrapped every 16 tokens when longer."""
+    stacked = torch.stack(list(weights.values())) if weights else torch.zeros(0, len(tokens))
+    wrap = 16 if len(tokens) > 16 else None
+    return token_heatmap([tokens] * len(weights), stacked, list(weights), title=title, wrap=wrap)
+
+
+def save_prediction(
+    figure: Figure,
+    tokens: list[str],
+    weights: dict[str, torch.Tensor],
+    title: str,
+    stem: Path,
+    dpi: int = 110,
+) -> list[Path]:
+    """One prediction's files: `figure` as `<stem>.png` (then closed) and the tokens shaded by
+    `weights` as `<stem>.html`."""
+    figure.savefig(stem.with_suffix(".png"), dpi=dpi)
+    plt.close(figure)
+    return [
+        stem.with_suffix(".png"),
+        save_token_html(tokens, weights, title, stem.with_suffix(".html")),
+    ]
