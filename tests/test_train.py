@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 import pytorch_lightning as pl
 import torch
+import yaml
 from cli_helpers import TINY, run_cli
 from conftest import CONF_DIR
 from hydra.errors import ConfigCompositionException, MissingConfigException
@@ -31,11 +32,12 @@ from attnexp.runs import (
     check_not_running,
     check_output_root,
     check_resume,
+    guarding,
     override_arg,
     resolve_run_dir,
     writer_alive,
 )
-from attnexp.tasks.callbacks import EpochHistory
+from attnexp.tasks.callbacks import EpochHistory, moved_state
 from attnexp.train import (
     check_settings,
     checkpoint_step,
@@ -344,6 +346,70 @@ def test_the_record_follows_the_best_checkpoint_as_it_is_saved(tmp_path):
     assert read(tmp_path / "metrics.json")["best_ckpt"] == "checkpoints/epoch001.ckpt"
 
 
+def test_a_moved_run_resumes_with_its_own_best_checkpoint(finished_run, tmp_path):
+    """The checkpoint names its files by absolute path: after a move, the resumed run takes the
+    files in its new dir (it stopped with FileNotFoundError for the old best path)."""
+    _, run_dir, _ = finished_run
+    moved = tmp_path / "moved"
+    shutil.copytree(run_dir, tmp_path / "first_place").rename(moved)
+    best = read(moved / "metrics.json")["best_ckpt"]
+    result = run_cli(tmp_path, *TINY, f"resume={moved}", "trainer.max_epochs=2")
+    assert result.returncode == 0, result.stderr[-4000:]
+    record = read(moved / "metrics.json")
+    assert record["status"] == "completed" and (moved / record["best_ckpt"]).is_file()
+    kept = torch.load(moved / "checkpoints" / "last.ckpt", weights_only=False)["callbacks"]
+    assert all(str(moved) in state["dirpath"] for state in kept.values())
+    # save_top_k=1 held: the moved best was tracked, so a better one replaced it, not joined it
+    kept_best = [p.name for p in (moved / "checkpoints").glob("*.ckpt") if p.name != "last.ckpt"]
+    assert kept_best == [Path(record["best_ckpt"]).name]
+    assert record["best_ckpt"] == best or not (moved / best).exists()
+
+
+def test_moved_state_points_the_old_paths_into_the_new_dir():
+    state = {
+        "dirpath": "/old/run/checkpoints",
+        "best_model_path": "/old/run/checkpoints/epoch001.ckpt",
+        "kth_best_model_path": "/old/run/checkpoints/epoch001.ckpt",
+        "last_model_path": "",
+        "best_k_models": {"/old/run/checkpoints/epoch001.ckpt": 0.9},
+        "best_model_score": 0.9,
+    }
+    moved = moved_state(state, "/old/run/checkpoints", "/new/run/checkpoints")
+    assert moved == {
+        "dirpath": "/new/run/checkpoints",
+        "best_model_path": "/new/run/checkpoints/epoch001.ckpt",
+        "kth_best_model_path": "/new/run/checkpoints/epoch001.ckpt",
+        "last_model_path": "",
+        "best_k_models": {"/new/run/checkpoints/epoch001.ckpt": 0.9},
+        "best_model_score": 0.9,
+    }
+
+
+def test_settings_that_would_write_into_another_run_are_refused(finished_run, tmp_path):
+    _, run_dir, _ = finished_run
+    last = (run_dir / "checkpoints" / "last.ckpt").read_bytes()
+    result = run_cli(tmp_path, *TINY, f"paths.output_dir={run_dir}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "paths.output_dir is the run's own dir, made new by Hydra" in result.stderr
+    result = run_cli(tmp_path, "-m", *TINY, "seed=0,1", f"paths.output_dir={run_dir}")
+    assert result.returncode == 2 and "paths.output_dir is the run's own dir" in result.stderr
+    result = run_cli(tmp_path, *TINY, f"resume={run_dir}", f"hydra.run.dir={tmp_path / 'new'}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "and hydra.run.dir= would put it elsewhere (drop hydra.run.dir=)" in result.stderr
+    assert (run_dir / "checkpoints" / "last.ckpt").read_bytes() == last
+    assert not (tmp_path / "outputs").exists() and not (tmp_path / "new").exists()
+
+
+def test_a_check_that_cannot_be_made_stops_the_run(capsys):
+    """Hydra turns a callback's exception into a warning and goes on: the guard must not."""
+    with pytest.raises(SystemExit) as end, guarding("the run dir"):
+        raise yaml.YAMLError("mapping values are not allowed here")
+    assert end.value.code == 2
+    assert "checking the run dir failed, so nothing was started: YAMLError" in (
+        capsys.readouterr().err
+    )
+
+
 def test_a_resumed_run_keeps_its_logs_up_to_its_checkpoint(tmp_path):
     """TensorBoard and CSV: the first attempt's points stay; what it logged after its last
     checkpoint (as if it died there) is replaced by what the resumed run logs."""
@@ -402,6 +468,11 @@ def test_resume_errors(tmp_path):
     assert resolve_run_dir("auto", str(runs_root), ["seed=1"]) != str(run_dir)  # not the same run
     with pytest.raises(ConfigError, match=r"lies inside the run .*: give the run dir, resume="):
         check_resume(str(run_dir / "checkpoints" / "last.ckpt"), longer)
+    # a damaged overrides.yaml: resume=<dir> says so, resume=auto passes the run by
+    (run_dir / ".hydra" / "overrides.yaml").write_text("- model.hidden_size=16\n  seed: [1\n")
+    with pytest.raises(ConfigError, match=r"overrides.yaml cannot be read, so whether this"):
+        check_resume(str(run_dir), longer)
+    assert resolve_run_dir("auto", str(runs_root), longer) != str(run_dir)
 
 
 def test_a_broken_last_checkpoint_is_said_not_a_traceback(tmp_path):

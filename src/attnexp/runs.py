@@ -6,6 +6,7 @@ settings it was started with, and keeps the earlier record as `metrics.attempt<k
 writing a new one.
 """
 
+import contextlib
 import json
 import logging
 import os
@@ -14,6 +15,7 @@ import re
 import time
 import traceback
 import uuid
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.json"
 RUN_CONFIG = Path(".hydra") / "config.yaml"  # the composed config Hydra writes into every run dir
+RUN_OVERRIDES = Path(".hydra") / "overrides.yaml"  # the command line's overrides, beside it
 LAST_CKPT = Path("checkpoints") / "last.ckpt"
 RESUME_KEY = "resume"
 NO_RESUME = (None, "", "null", "None")
@@ -66,18 +69,30 @@ def _without_resume(overrides: list[str]) -> list[str]:
     return sorted(o for o in overrides if override_key(o) != RESUME_KEY)
 
 
+def saved_overrides(run_dir: Path) -> list[str] | None:
+    """The overrides a run was started with (.hydra/overrides.yaml); None when the file is not
+    there or is not a list that YAML can read (edited by hand, cut short)."""
+    try:
+        saved = yaml.safe_load((run_dir / RUN_OVERRIDES).read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if saved is None:  # an empty file: a run started with no overrides
+        return []
+    return [str(o) for o in saved] if isinstance(saved, list) else None
+
+
 def find_resumable(runs_root: Path, overrides: list[str]) -> Path | None:
     """The newest run under `runs_root` with a last.ckpt, started with these overrides (apart
     from `resume=` and `RESUME_MAY_CHANGE`: `trainer.max_epochs=20 resume=auto` trains on)."""
     wanted = _fixed_settings(overrides)
     candidates = []
     for run_dir in runs_root.glob("*"):
-        saved = run_dir / ".hydra" / "overrides.yaml"
-        if (
-            (run_dir / LAST_CKPT).is_file()
-            and saved.is_file()
-            and _fixed_settings(yaml.safe_load(saved.read_text()) or []) == wanted
-        ):
+        if not (run_dir / LAST_CKPT).is_file() or not (run_dir / RUN_OVERRIDES).is_file():
+            continue
+        saved = saved_overrides(run_dir)
+        if saved is None:
+            log.warning("resume=auto: skipping %s, whose %s cannot be read", run_dir, RUN_OVERRIDES)
+        elif _fixed_settings(saved) == wanted:
             candidates.append(run_dir)
     return max(candidates, key=lambda d: (d / LAST_CKPT).stat().st_mtime, default=None)
 
@@ -150,8 +165,13 @@ def check_resume(resume: str, overrides: list[str]) -> None:
             f"resume={resume}: no {LAST_CKPT} in {run_dir} (give a run dir with a last checkpoint, "
             f"or resume=auto)"
         )
-    saved_file = run_dir / ".hydra" / "overrides.yaml"
-    saved = (yaml.safe_load(saved_file.read_text()) or []) if saved_file.is_file() else []
+    saved = saved_overrides(run_dir) if (run_dir / RUN_OVERRIDES).is_file() else []
+    if saved is None:
+        raise ConfigError(
+            f"resume={resume}: {run_dir / RUN_OVERRIDES} cannot be read, so whether this command "
+            f"sets what the run was started with cannot be checked (restore the file: one "
+            f"override per line, as '- key=value')"
+        )
     wanted, given = _fixed_settings(saved), _fixed_settings(overrides)
     differ = sorted(k for k in wanted.keys() | given.keys() if wanted.get(k) != given.get(k))
     if differ:
@@ -224,18 +244,53 @@ class RunDirGuard(Callback):
             # that dir before it started, and these ranks write no record of their own.
             return
         resume = config.get(RESUME_KEY)
-        try:
+        run_dir_given = any(o.startswith("hydra.run.dir=") for o in config.hydra.overrides.hydra)
+        with guarding("the run dir"):
+            check_output_dir_not_set(config)
             if resume in (*NO_RESUME, "auto"):  # a new run dir (resume=auto may start one)
                 check_output_root(config, "hydra.run.dir")
+            elif run_dir_given:
+                raise ConfigError(
+                    f"resume={resume} continues that run in its own dir, and hydra.run.dir= "
+                    f"would put it elsewhere (drop hydra.run.dir=)"
+                )
             if resume not in (*NO_RESUME, "auto"):
                 check_resume(str(resume), list(config.hydra.overrides.task))
-            elif any(o.startswith("hydra.run.dir=") for o in config.hydra.overrides.hydra):
+            elif run_dir_given:
                 check_new_dir(Path(config.hydra.run.dir), can_resume=RESUME_KEY in config)
             resumed = resumed_dir(config)
             if resumed is not None:
                 check_not_running(resumed, f"resume={resume}")
-        except ConfigError as err:
-            exit_with(err)
+
+
+@contextlib.contextmanager
+def guarding(what: str) -> Iterator[None]:
+    """The body of a Hydra callback that checks `what` before anything is written. Hydra turns an
+    exception raised in a callback into a warning and goes on, so every error ends the command
+    here: a check that could not be made must not let the run through unchecked."""
+    try:
+        yield
+    except ConfigError as err:
+        exit_with(err)
+    except Exception as err:
+        exit_with(
+            ConfigError(
+                f"checking {what} failed, so nothing was started: {type(err).__name__}: {err}"
+            )
+        )
+
+
+def check_output_dir_not_set(config: DictConfig) -> None:
+    """paths.output_dir is the run's (or sweep job's) own dir, which Hydra makes new: set by hand,
+    the checkpoints, logs and TensorBoard events would go to a folder that may hold another run."""
+    lines = OmegaConf.select(config, "hydra.overrides.task", default=None) or []
+    given = [o for o in lines if override_key(o) == "paths.output_dir"]
+    if given:
+        raise ConfigError(
+            f"{given[0]}: paths.output_dir is the run's own dir, made new by Hydra, and is not "
+            f"set by hand (choose a run's dir with hydra.run.dir=<new folder>, or where runs go "
+            f"with paths.log_dir=<folder>)"
+        )
 
 
 def resumed_dir(config: DictConfig) -> Path | None:

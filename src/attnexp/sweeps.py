@@ -22,7 +22,9 @@ from attnexp.runs import (
     METRICS_FILE,
     NO_RESUME,
     RESUME_KEY,
+    check_output_dir_not_set,
     check_output_root,
+    guarding,
     holds_run,
     override_key,
     run_holding,
@@ -117,31 +119,26 @@ class SweepDirGuard(Callback):
     """
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        check_no_resume(config)
-        check_launcher(config)
-        try:
+        with guarding("the sweep dir"):
+            check_output_dir_not_set(config)
+            check_no_resume(config)
+            check_launcher(config)
             check_output_root(config, "hydra.sweep.dir")
-        except ConfigError as err:
-            exit_with(err)
-        sweep_dir = Path(config.hydra.sweep.dir)
-        held = run_holding(sweep_dir)
-        if held is not None and held != sweep_dir.expanduser().resolve():
-            exit_with(
-                ConfigError(
+            sweep_dir = Path(config.hydra.sweep.dir)
+            held = run_holding(sweep_dir)
+            if held is not None and held != sweep_dir.expanduser().resolve():
+                raise ConfigError(
                     f"hydra.sweep.dir={sweep_dir} lies inside the run {held}, whose files are "
                     f"never mixed with other output (give a new hydra.sweep.dir=..., or leave "
                     f"hydra.sweep.dir out for a new timestamped dir)"
                 )
-            )
-        found = earlier_sweep(sweep_dir)
-        if found is not None:
-            exit_with(
-                ConfigError(
+            found = earlier_sweep(sweep_dir)
+            if found is not None:
+                raise ConfigError(
                     f"hydra.sweep.dir={sweep_dir} holds an earlier sweep ({found} exists): its "
                     f"jobs would be re-run into the same dirs (give a new hydra.sweep.dir=..., or "
                     f"leave hydra.sweep.dir out for a new timestamped dir)"
                 )
-            )
 
 
 def check_launcher(config: DictConfig) -> None:

@@ -38,7 +38,12 @@ from attnexp.runs import (
     override_arg,
 )
 from attnexp.sweeps import check_strategy
-from attnexp.tasks.callbacks import EndSpawnedProcessGroup, EpochHistory, best_checkpoint_callback
+from attnexp.tasks.callbacks import (
+    EndSpawnedProcessGroup,
+    EpochHistory,
+    MovedRunCheckpoints,
+    best_checkpoint_callback,
+)
 from attnexp.tasks.loggers import RESUMABLE, start_logs
 
 log = logging.getLogger(__name__)
@@ -155,6 +160,7 @@ def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Tra
     callbacks = [instantiate_checked(c) for c in cfg.callbacks.values() if c is not None] + [
         EpochHistory(record),
         EndSpawnedProcessGroup(),  # ddp_spawn: ends the ranks' process group at each stage's end
+        MovedRunCheckpoints(),  # resume= of a run dir that was moved or copied
     ]
     loggers = [
         instantiate(c, **purge_setting(c, resume_step))

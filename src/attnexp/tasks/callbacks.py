@@ -83,6 +83,43 @@ class AttentionFigures(pl.Callback):
             plt.close(figure)
 
 
+class MovedRunCheckpoints(pl.Callback):
+    """A run dir moved or copied since its last checkpoint: the checkpoint callbacks' saved state
+    names files in the old dir. Before it is loaded, it is pointed at the same files in this run's
+    dir, so a resumed run keeps its best checkpoint and score (Lightning would keep only the old
+    best path, which no longer exists, or is another copy's)."""
+
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict
+    ) -> None:
+        states = checkpoint.get("callbacks") or {}
+        for callback in trainer.checkpoint_callbacks:
+            state = states.get(callback.state_key)
+            old = state.get("dirpath") if state else None
+            if old and callback.dirpath and old != callback.dirpath:
+                log.info(
+                    "this run's checkpoints were saved in %s; now in %s", old, callback.dirpath
+                )
+                states[callback.state_key] = moved_state(state, old, callback.dirpath)
+
+
+def moved_state(state: dict, old_dir: str, new_dir: str) -> dict:
+    """A ModelCheckpoint state with its paths under `old_dir` moved to `new_dir`."""
+
+    def move(path: str) -> str:
+        if not path or not Path(path).is_relative_to(old_dir):
+            return path
+        return str(Path(new_dir) / Path(path).relative_to(old_dir))
+
+    moved = {**state, "dirpath": new_dir}
+    for key in ("best_model_path", "kth_best_model_path", "last_model_path"):
+        if key in moved:
+            moved[key] = move(moved[key])
+    if "best_k_models" in moved:
+        moved["best_k_models"] = {move(k): v for k, v in moved["best_k_models"].items()}
+    return moved
+
+
 class EpochHistory(pl.Callback):
     """Appends each epoch's logged metrics to the run record, so reports can plot runs in flight.
 
