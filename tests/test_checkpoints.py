@@ -53,6 +53,29 @@ def test_load_run_from_a_run_dir_or_a_checkpoint(run_dir, tmp_path):
     assert load_choices(tmp_path) == {}
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        # each set the section to a string, and failed deep in instantiate
+        (
+            "model=lstm_attn",
+            r"override model=lstm_attn: model is a config group, and the run was "
+            r"trained with model=bag_attn; overrides change single keys .*\(model.<key>=...\)",
+        ),
+        ("+scorer=dot", r"override \+scorer=dot: scorer is a config group, .* scorer=additive"),
+        ("seed=-1", r"override seed=-1: seed=-1 must be a whole number from 0 to 2\*\*32 - 1"),
+        ("data.seed=1.5", r"override data.seed=1.5: data.seed=1.5 must be a whole number"),
+    ],
+)
+def test_overrides_that_cannot_rebuild_the_run_are_said(run_dir, override, message):
+    hydra_file = run_dir / ".hydra" / "hydra.yaml"
+    choices = {"model": "bag_attn", "scorer": "additive", "hydra/launcher": "basic"}
+    hydra_file.write_text(yaml.safe_dump({"hydra": {"runtime": {"choices": choices}}}))
+    with pytest.raises(ConfigError, match=message):
+        load_run(run_dir, [override])
+    load_run(run_dir, ["seed=3", "data.seed=4"])
+
+
 def test_run_dir_without_best_falls_back_to_last(run_dir):
     (run_dir / "metrics.json").unlink()
     assert find_checkpoint(run_dir).name == "last.ckpt"

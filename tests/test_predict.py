@@ -178,6 +178,8 @@ def test_clear_errors_without_traceback(run_dir, capsys, tmp_path):
         (["RUN", "text=hi", "batch_size=0"], "batch_size=0 must be a positive integer"),
         (["RUN", "text=hi", "max_figures=-1"], "max_figures=-1 must be a positive integer"),
         (["RUN", "text=hi", "device=cude"], "device=cude is not a torch device"),
+        (["RUN", "text=hi", "device=meta"], r"device=meta: predict runs on cpu or cuda \(set"),
+        (["RUN", "text=hi", "device=mps"], r"device=mps: predict runs on cpu or cuda"),
         (["RUN", "text_a=hi", "text_b=ho"], "text_a=, text_b= do not apply: model=lstm_mhsa"),
         (["RUN", "texts_file=TMP"], "texts_file=.* is a directory"),
         (["RUN", "texts_file=TMP/latin1.txt"], "latin1.txt is not UTF-8 text"),

@@ -155,6 +155,26 @@ def test_unreadable_record_and_out_dir(sweep, tmp_path):
     assert written["csv"].parent == tmp_path / "elsewhere"
 
 
+@pytest.mark.parametrize(
+    ("record", "problem"),
+    [  # each stopped the whole report with a TypeError, KeyError or AttributeError
+        ({"status": "completed", "metrics": [1, 2]}, 'its "metrics" is [1, 2]'),
+        ({"status": "failed", "history": [{"val/acc": 0.5}]}, 'row without a whole-number "epoch"'),
+        ({"status": "completed", "machine": "x"}, 'its "machine" is "x"'),
+        ({"status": None, "seed": True}, 'its "seed" is true'),
+    ],
+)
+def test_a_record_with_fields_of_the_wrong_kind_is_an_unreadable_row(
+    sweep, tmp_path, record, problem
+):
+    (sweep / "6_scorer=dot,seed=2").mkdir()
+    (sweep / "6_scorer=dot,seed=2" / "metrics.json").write_text(json.dumps(record))
+    written = report.write_report(sweep, tmp_path / "elsewhere")
+    rows = list(csv.DictReader(written["csv"].open()))
+    unreadable = [row for row in rows if row["status"] == "unreadable"]
+    assert len(unreadable) == 1 and problem in unreadable[0]["error"]
+
+
 def test_a_record_that_is_not_an_object_and_an_out_that_is_a_file(sweep, tmp_path, capsys):
     """A metrics.json holding a JSON list stopped the report with an AttributeError; --out a file
     said only "[Errno 17] File exists"."""

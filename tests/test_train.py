@@ -353,7 +353,8 @@ def test_a_moved_run_resumes_with_its_own_best_checkpoint(finished_run, tmp_path
     moved = tmp_path / "moved"
     shutil.copytree(run_dir, tmp_path / "first_place").rename(moved)
     best = read(moved / "metrics.json")["best_ckpt"]
-    result = run_cli(tmp_path, *TINY, f"resume={moved}", "trainer.max_epochs=2")
+    epochs = len(read(moved / "metrics.json")["history"]) + 1  # another test may have resumed it
+    result = run_cli(tmp_path, *TINY, f"resume={moved}", f"trainer.max_epochs={epochs}")
     assert result.returncode == 0, result.stderr[-4000:]
     record = read(moved / "metrics.json")
     assert record["status"] == "completed" and (moved / record["best_ckpt"]).is_file()
@@ -795,6 +796,46 @@ def test_trainer_settings_lightning_refuses_are_said_before_loading(
         train_in_process(cfg, tmp_path / "run")
 
 
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        (
+            "callbacks.model_checkpoint.mode=foo",
+            r"^train: Lightning refuses callbacks.model_checkpoint.mode=foo: `mode` can be",
+        ),
+        (
+            "callbacks.model_checkpoint.save_top_k=-2",
+            r"^train: Lightning refuses callbacks.model_checkpoint.save_top_k=-2: Invalid value",
+        ),
+        (
+            "callbacks.lr_monitor.logging_interval=foo",
+            r"^train: Lightning refuses callbacks.lr_monitor.logging_interval=foo: ",
+        ),
+    ],
+)
+def test_callback_settings_lightning_refuses_name_the_callback(
+    compose_cfg, tmp_path, override, match
+):
+    """Were Hydra's 'Error in call to target ...ModelCheckpoint' with no key to set."""
+    (tmp_path / "data").mkdir()
+    cfg = compose_cfg(*TINY, "logger=csv", override)
+    with pytest.raises(ConfigError, match=match):
+        train_in_process(cfg, tmp_path / "run")
+
+
+def test_a_monitor_that_names_no_metric_is_said(compose_cfg, tmp_path):
+    """Lightning's MisconfigurationException after the first validation, with no key named."""
+    (tmp_path / "data").mkdir()
+    cfg = compose_cfg(*TINY, "logger=csv", "callbacks.model_checkpoint.monitor=val/accc")
+    with pytest.raises(ConfigError) as err:
+        train_in_process(cfg, tmp_path / "run")
+    assert str(err.value).startswith(
+        "callbacks.model_checkpoint.monitor=val/accc is not a metric the run logs at validation "
+        "(it logs ['"
+    )
+    assert "'val/acc'" in str(err.value)
+
+
 def test_simple_attention_drops_the_default_scorer(compose_cfg):
     cfg = compose_cfg("model.attention=simple")
     choices = dict(cfg.hydra.runtime.choices)
@@ -892,8 +933,10 @@ def test_last_ckpt_is_the_latest_state_not_the_best(tmp_path):
         # Lightning trains nothing on these, and the run tested its untrained model (rc 0)
         (["trainer.max_epochs=0"], r"trainer.max_epochs=0 trains nothing"),
         (["trainer.limit_train_batches=0"], r"trainer.limit_train_batches=0 trains nothing"),
+        (["trainer.max_steps=0"], r"trainer.max_steps=0 trains nothing"),
         # ZeroDivisionError inside Lightning's fit loop
         (["trainer.val_check_interval=0"], r"trainer.val_check_interval=0 never validates"),
+        (["trainer.check_val_every_n_epoch=0"], r"check_val_every_n_epoch=0 must be a whole"),
         # RuntimeError from torch.Generator.manual_seed, after loading the data
         (["model=transformer", "data.split_seed=abc"], r"data.split_seed='abc' must be a whole"),
         (

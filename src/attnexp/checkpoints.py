@@ -22,9 +22,11 @@ from hydra import compose
 from omegaconf import DictConfig, OmegaConf
 
 from attnexp.config import package_configs
-from attnexp.errors import ConfigError
+from attnexp.errors import ConfigError, require_seed
 from attnexp.files import TORCH_LOAD_ERRORS
 from attnexp.runs import LAST_CKPT, METRICS_FILE, RUN_CONFIG, override_key, run_holding
+
+SEED_KEYS = ("seed", "data.seed", "data.split_seed")  # the run's data and weights follow them
 
 log = logging.getLogger(__name__)
 
@@ -196,9 +198,31 @@ def load_run_config(
         raise ConfigError(f"{run_dir} is not a run dir: {CONFIG_FILE} is missing")
     cfg = read_run_yaml(run_dir / CONFIG_FILE, OmegaConf.load)
     OmegaConf.update(cfg, "paths.output_dir", str(output_dir or run_dir), force_add=True)
+    check_no_group_override(list(overrides), load_choices(run_dir))
     cfg = apply_overrides(cfg, list(overrides))
+    for line in overrides:
+        if override_key(line) in SEED_KEYS:
+            key = override_key(line)
+            try:
+                require_seed(key, OmegaConf.select(cfg, key))
+            except ConfigError as err:
+                raise ConfigError(f"override {line}: {err}") from None
     OmegaConf.set_struct(cfg, True)
     return cfg
+
+
+def check_no_group_override(overrides: list[str], choices: dict[str, str | None]) -> None:
+    """A run is rebuilt from its saved config, in which a group (model, scorer, data, ...) is
+    already the option it chose: `scorer=dot` would set the section to the string "dot"."""
+    for line in overrides:
+        key = override_key(line)
+        if key in choices:
+            raise ConfigError(
+                f"override {line}: {key} is a config group, and the run was trained with "
+                f"{key}={choices[key]}; overrides change single keys of the run's config "
+                f"({key}.<key>=...), and another {key} needs a run of its own (python -m "
+                f"attnexp ... {key}=...)"
+            )
 
 
 def load_choices(run_dir: str | Path) -> dict[str, str | None]:

@@ -33,6 +33,15 @@ def require_fraction(key: str, value: float, *, upto_one: bool = False) -> None:
         raise ConfigError(f"{key}={value} must be between {bounds} (set {key}=...)")
 
 
+def require_probability(key: str, value: float) -> None:
+    """Dropout rates: torch refuses one outside [0, 1] only when the layer is built or first run,
+    with no key named; 1 would zero every feature."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+        raise ConfigError(
+            f"{key}={value} must be a rate from 0 (inclusive) to 1 (exclusive) (set {key}=0.1, ...)"
+        )
+
+
 def require_seed(key: str, seed: object) -> None:
     """A seed torch and numpy both take (null: none given, where the key allows it)."""
     if seed is not None and (type(seed) is not int or not 0 <= seed < 2**32):

@@ -57,6 +57,9 @@ def split_args(argv: list[str], raw_keys: tuple[str, ...]) -> tuple[dict[str, st
     return raw, overrides
 
 
+PREDICT_DEVICES = ("cpu", "cuda")
+
+
 def check_settings(cfg: DictConfig) -> None:
     """predict.yaml's own settings, before anything is loaded."""
     given_ckpt_path(cfg)
@@ -68,6 +71,12 @@ def check_settings(cfg: DictConfig) -> None:
         raise ConfigError(
             f"device={cfg.device} is not a torch device ({err}); set device=cpu or device=cuda"
         ) from None
+    if device.type not in PREDICT_DEVICES:
+        # torch knows mps, xpu, meta, ...: each failed later, with a traceback, or had no weights
+        raise ConfigError(
+            f"device={cfg.device}: predict runs on {' or '.join(PREDICT_DEVICES)} (set device=cpu, "
+            f"device=cuda or device=cuda:<index>)"
+        )
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
         raise ConfigError(
             f"device={cfg.device}: torch {torch.__version__} sees "

@@ -115,6 +115,33 @@ def _data_label(record: dict, settings: dict[str, str], config: DictConfig | Non
     return f"local:{data_dir}" if data_dir else source
 
 
+# The fields a report reads, and the JSON types a run record gives them (null: not recorded).
+RECORD_FIELDS = {
+    "status": str,
+    "seed": int,
+    "metrics": dict,
+    "history": list,
+    "overrides": list,
+    "choices": dict,
+    "machine": dict,
+    "duration_s": int | float,
+}
+
+
+def record_problem(record: object) -> str | None:
+    """What keeps a metrics.json's content from being read as a run record; None if nothing."""
+    if not isinstance(record, dict):
+        return f"holds a JSON {type(record).__name__}, not a run record (an object)"
+    for key, kind in RECORD_FIELDS.items():
+        value = record.get(key)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            return f'its "{key}" is {json.dumps(value)[:40]}, not a run record\'s'
+    rows = record.get("history") or []
+    if not all(isinstance(row, dict) and isinstance(row.get("epoch"), int) for row in rows):
+        return 'its "history" holds a row without a whole-number "epoch"'
+    return None
+
+
 def load_run(path: Path, root: Path) -> Run:
     """`path` is a metrics.json; a file that cannot be read gives a row with status `unreadable`."""
     name = str(path.parent.relative_to(root)) if path.parent != root else path.parent.name
@@ -123,8 +150,8 @@ def load_run(path: Path, root: Path) -> Run:
     except (OSError, json.JSONDecodeError) as err:
         log.warning("cannot read %s: %s", path, err)
         return Run(path.parent, name, "unreadable", None, {}, {}, error=str(err))
-    if not isinstance(record, dict):  # valid JSON, but not a run record
-        error = f"holds a JSON {type(record).__name__}, not a run record (an object)"
+    error = record_problem(record)
+    if error is not None:  # valid JSON, but not a run record (edited by hand, another tool's)
         log.warning("cannot read %s: %s", path, error)
         return Run(path.parent, name, "unreadable", None, {}, {}, error=error)
     status = record.get("status", "unknown")

@@ -25,6 +25,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import MisconfigurationException, SIGTERMException
 
 from attnexp.build import build, check_data_dir, instantiate_checked, resolved_data_dir
+from attnexp.checkpoints import SEED_KEYS
 from attnexp.config import register_resolvers
 from attnexp.errors import ConfigError, exit_with, require_seed
 from attnexp.files import TORCH_LOAD_ERRORS
@@ -123,7 +124,13 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
 
     if resume_ckpt is not None:
         log.info("resuming from %s (global step %d)", resume_ckpt, resume_step)
-    trainer.fit(task, datamodule=datamodule, ckpt_path=resume_ckpt)
+    try:
+        trainer.fit(task, datamodule=datamodule, ckpt_path=resume_ckpt)
+    except MisconfigurationException as err:
+        refusal = monitor_refusal(err, cfg.callbacks)
+        if refusal is None:
+            raise
+        raise refusal from err
     record.reload("history", "validations")  # ddp_spawn: the rank-0 worker recorded them
     metrics = scalar_metrics(trainer.callback_metrics)
 
@@ -157,7 +164,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
 
 def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Trainer:
     """The Trainer with the configured callbacks and loggers (logging from `resume_step` on)."""
-    callbacks = [instantiate_checked(c) for c in cfg.callbacks.values() if c is not None] + [
+    callbacks = [make_callback(name, c) for name, c in cfg.callbacks.items() if c is not None] + [
         EpochHistory(record),
         EndSpawnedProcessGroup(),  # ddp_spawn: ends the ranks' process group at each stage's end
         MovedRunCheckpoints(),  # resume= of a run dir that was moved or copied
@@ -184,28 +191,64 @@ def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Tra
         raise refused_settings(err.__cause__, settings, "train") from err.__cause__
 
 
-def refused_settings(err: Exception, settings: dict, command: str) -> ConfigError:
-    """Lightning's refusal of Trainer `settings` as a ConfigError that names the settings its
-    message names (all of them when it names none)."""
+def make_callback(name: str, callback_cfg: DictConfig) -> pl.Callback:
+    """callbacks.<name>, with Lightning's refusal of a setting (a ModelCheckpoint mode=foo, say)
+    said as a ConfigError that names callbacks.<name>.<key>."""
+    try:
+        return instantiate_checked(callback_cfg)
+    except InstantiationException as err:
+        if not isinstance(err.__cause__, TRAINER_REFUSALS):
+            raise
+        settings = {key: value for key, value in callback_cfg.items() if key != "_target_"}
+        raise refused_settings(err.__cause__, settings, "train", f"callbacks.{name}") from None
+
+
+def refused_settings(
+    err: Exception, settings: dict, command: str, prefix: str = "trainer"
+) -> ConfigError:
+    """Lightning's refusal of `settings` (the Trainer's, or a callback's under `prefix`) as a
+    ConfigError that names the settings its message names (all of them when it names none)."""
     named = [
         key for key in settings if re.search(rf"\b{re.escape(key)}\b", str(err), re.IGNORECASE)
     ]
-    shown = ", ".join(f"trainer.{key}={settings[key]}" for key in named or settings)
+    shown = ", ".join(f"{prefix}.{key}={settings[key]}" for key in named or settings)
     return ConfigError(f"{command}: Lightning refuses {shown}: {err} (set the one it names)")
+
+
+def monitor_refusal(
+    err: MisconfigurationException, callbacks_cfg: DictConfig
+) -> ConfigError | None:
+    """A checkpoint callback's `monitor` that names no logged metric (Lightning finds out at the
+    first validation) as a ConfigError naming the setting and the metrics there are."""
+    found = re.search(r"monitor='([^']*)'\)` could not find .* metrics: (\[[^]]*\])", str(err))
+    if found is None:
+        return None
+    monitor, logged = found.groups()
+    names = [n for n, c in callbacks_cfg.items() if c is not None and c.get("monitor") == monitor]
+    key = f"callbacks.{names[0]}.monitor" if names else "monitor"
+    return ConfigError(
+        f"{key}={monitor} is not a metric the run logs at validation (it logs {logged}; set "
+        f"{key}=val/acc, for instance)"
+    )
 
 
 def check_settings(cfg: DictConfig) -> None:
     """Settings that torch or Lightning would refuse with a traceback from deep inside fit()."""
     epochs = cfg.trainer.get("max_epochs")
-    for key in ("seed", "data.seed", "data.split_seed"):
+    for key in SEED_KEYS:
         require_seed(key, OmegaConf.select(cfg, key, default=None))
     if epochs is not None and (type(epochs) is not int or epochs < -1):
         raise ConfigError(
             f"trainer.max_epochs={epochs!r} must be a whole number of epochs (-1: no limit)"
         )
     # Lightning takes these as "train nothing": the run would test its untrained weights.
-    if epochs == 0 or cfg.trainer.get("limit_train_batches") in (0, 0.0):
-        key = "max_epochs" if epochs == 0 else "limit_train_batches"
+    nothing = [
+        key
+        for key in ("max_epochs", "max_steps", "limit_train_batches")
+        if cfg.trainer.get(key) in (0, 0.0) and type(cfg.trainer.get(key)) is not bool
+    ]
+    if nothing:
+        key = nothing[0]
         raise ConfigError(
             f"trainer.{key}=0 trains nothing: the run would test its untrained model (set "
             f"trainer.{key} >= 1; to test a trained checkpoint: python -m attnexp.evaluate "
@@ -225,7 +268,14 @@ def check_settings(cfg: DictConfig) -> None:
 
 def check_val_interval(trainer_cfg: DictConfig) -> None:
     """Lightning stops with a traceback when a step interval between validations is longer than
-    the epoch that `limit_train_batches` leaves."""
+    the epoch that `limit_train_batches` leaves, or on a zero epoch interval (a modulo by 0)."""
+    every = trainer_cfg.get("check_val_every_n_epoch")
+    if every is not None and (type(every) is not int or every < 1):
+        raise ConfigError(
+            f"trainer.check_val_every_n_epoch={every} must be a whole number of epochs >= 1 "
+            f"(null: validate by trainer.val_check_interval steps only; to validate never, set "
+            f"trainer.limit_val_batches=0)"
+        )
     interval = trainer_cfg.get("val_check_interval")
     limit = trainer_cfg.get("limit_train_batches")
     if (type(interval) is int and interval < 1) or (type(interval) is float and interval <= 0):

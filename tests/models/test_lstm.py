@@ -119,6 +119,11 @@ def test_config_errors():
             LSTMSelfAttention(V, 2, heads=heads, hidden_size=4)
     with pytest.raises(ConfigError, match="model.attention"):
         LSTMSelfAttention(V, 2, attention="cosine")
+    for key in ("dropout", "embed_dropout", "attn_dropout"):
+        with pytest.raises(ConfigError, match=rf"model.{key}=1.5 must be a rate from 0 \(incl"):
+            LSTMSelfAttention(V, 2, heads=2, hidden_size=4, **{key: 1.5})
+    with pytest.raises(ConfigError, match=r"model.dropout=abc must be a rate"):
+        LSTMMean(V, 2, dropout="abc")
     with pytest.raises(ConfigError, match="scorer"):
         LSTMAttention(V, 2, scorer=None)
     with pytest.raises(ConfigError, match="model.hidden_size"):

@@ -62,6 +62,10 @@ def test_matcher_errors():
         TransformerMatcher(**SMALL, impl="keras")
     with pytest.raises(ConfigError, match="model.depth=0 must be a positive integer"):
         TransformerMatcher(**SMALL, depth=0)
+    # torch said "dropout probability has to be between 0 and 1" in the first training step
+    for key, value in (("dropout", 2), ("attention_dropout", -0.1), ("dropout", 1.0)):
+        with pytest.raises(ConfigError, match=rf"model.{key}={value} must be a rate from 0"):
+            TransformerMatcher(**SMALL, **{key: value})
 
 
 VARIANTS = [

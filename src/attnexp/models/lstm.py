@@ -9,7 +9,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from attnexp.errors import ConfigError
+from attnexp.errors import ConfigError, require_probability
 from attnexp.modules import AttentionPooling, MultiHeadSelfAttention, Scorer, masked_mean
 from attnexp.modules.embeddings import SinusoidalPositionalEncoding
 from attnexp.modules.init import init_linear_layers
@@ -43,6 +43,8 @@ class _TextClassifier(nn.Module):
         linear_init: str = "torch",
     ) -> None:
         super().__init__()
+        require_probability("model.dropout", dropout)
+        require_probability("model.embed_dropout", embed_dropout)
         self.encoder = LSTMEncoder(
             vocab_size,
             embed_dim,
@@ -171,6 +173,7 @@ class LSTMSelfAttention(_TextClassifier):
             embed_init,
             linear_init,
         )
+        require_probability("model.attn_dropout", attn_dropout)
         if attention not in SELF_ATTENTIONS:
             raise ConfigError(
                 f"model.attention '{attention}' is not one of {', '.join(SELF_ATTENTIONS)} "

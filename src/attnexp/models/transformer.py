@@ -8,7 +8,7 @@ Shapes: B pairs, T tokens, H hidden size, nh heads.
 import torch
 from torch import nn
 
-from attnexp.errors import ConfigError, require_positive
+from attnexp.errors import ConfigError, require_positive, require_probability
 from attnexp.modules.embeddings import PairEmbeddings
 from attnexp.modules.transformer import TorchEncoderBlock, TransformerEncoderBlock
 
@@ -74,6 +74,8 @@ class TransformerMatcher(nn.Module):
             ("heads", heads),
         ):
             require_positive(f"model.{key}", value)
+        require_probability("model.dropout", dropout)
+        require_probability("model.attention_dropout", attention_dropout)
         self.embeddings = PairEmbeddings(
             vocab_size, hidden_size, max_seq_len, position, 2, dropout, pad_id
         )
