@@ -212,3 +212,12 @@ def test_evaluate_summary_shows_every_test_metric():
         ["test/loss", "0.7000", "0.6875"],
     ]
     assert len({len(line) for line in lines}) == 1  # the run's column lines up
+    # another checkpoint than the run's best: the run column says whose metrics it holds
+    other = {
+        **data,
+        "ckpt": "run/checkpoints/last.ckpt",
+        "run_metrics_ckpt": "checkpoints/best.ckpt",
+    }
+    assert summary(other, Path("evals/x")).splitlines()[2] == (
+        "run:        the run's own test of its best checkpoint, checkpoints/best.ckpt"
+    )

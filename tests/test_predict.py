@@ -173,7 +173,7 @@ def test_clear_errors_without_traceback(run_dir, capsys, tmp_path):
         (["text=hi"], "ckpt_path is missing"),
         (
             ["RUN", "text=hi", 'overrides=["data.max_seq_len=0"]'],
-            r"data.max_seq_len=0 must be.*\(predict takes run settings as overrides=",
+            r"data.max_seq_len=0 must be.*\(predict takes run settings as 'overrides=",
         ),
         (["RUN", "text=hi", "batch_size=0"], "batch_size=0 must be a positive integer"),
         (["RUN", "text=hi", "max_figures=-1"], "max_figures=-1 must be a positive integer"),

@@ -133,6 +133,7 @@ def test_markdown_mean_std_over_seeds_and_failed_marked(sweep):
     assert expected in dot_line and "| 0,1 | 2/2 |" in dot_line
     assert "0/2 (failed, running)" in text
     assert "**FAILED**" in text and "**RUNNING**" in text
+    assert "Metrics of runs not completed are from their last finished epoch." in text
     assert "6 runs: 4 completed, 1 failed, 1 running." in text
 
 
@@ -207,7 +208,9 @@ def test_a_report_never_replaces_the_report_of_other_runs(sweep, tmp_path, capsy
 def test_single_run_dir_and_cli(tmp_path, capsys):
     run_dir = write_run(tmp_path, "runs/only", metrics=bag_metrics(0.9), history=curve(0.8, 0.9))
     assert report.main([str(run_dir)]) == 0
-    assert "| only | completed |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "| only | completed |" in out
+    assert "not completed" not in out  # said only where a run did not complete
     assert report.main([str(tmp_path / "empty_nonexistent")]) == 2
     (tmp_path / "empty").mkdir()
     assert report.main([str(tmp_path / "empty")]) == 2

@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from attnexp import report
 from attnexp.errors import ConfigError
 from attnexp.sweeps import SweepDirGuard, check_strategy, sweep_subdir, swept_keys
+from attnexp.train import plugin_installed
 
 
 def test_sweep_with_a_failing_job_then_report(tmp_path):
@@ -325,3 +326,16 @@ def test_resume_is_refused_in_a_multirun(tmp_path, capsys):
     assert "error: resume=auto: a multirun (-m)" in result.stderr
     assert "Traceback" not in result.stderr
     assert not list((tmp_path / "outputs").rglob("metrics.json"))  # no job ran
+
+
+@pytest.mark.skipif(
+    plugin_installed("hydra_plugins.hydra_optuna_sweeper"), reason="the Optuna sweeper is installed"
+)
+def test_a_search_without_its_sweeper_says_how_to_install_it(tmp_path):
+    """Hydra said only "Could not find 'hydra/sweeper/optuna'"."""
+    result = run_cli(tmp_path, "hparams_search=bag_optuna", *TINY)
+    assert result.returncode == 2
+    assert (
+        "error: hparams_search=bag_optuna runs on the Optuna sweeper, which is not installed: "
+        "pip install -e '.[optuna]'" in result.stderr
+    )

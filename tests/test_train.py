@@ -32,6 +32,7 @@ from attnexp.runs import (
     check_not_running,
     check_output_root,
     check_resume,
+    check_resume_epochs,
     guarding,
     override_arg,
     resolve_run_dir,
@@ -148,6 +149,11 @@ def test_evaluate_writes_its_own_dir_with_the_same_metrics(finished_run):
             assert record["metrics"][key] == pytest.approx(value, abs=1e-6), key
     assert (run_dir / "metrics.json").read_text() == before  # the run's record is untouched
     assert "test/acc_variable" in result.stdout
+    assert "run_metrics_ckpt" not in record  # the run's metrics are of this checkpoint
+    result = run_cli(tmp, f"ckpt_path={run_dir}/checkpoints/last.ckpt", module="attnexp.evaluate")
+    assert result.returncode == 0, result.stderr[-4000:]
+    best = run_record["best_ckpt"]
+    assert f"run:        the run's own test of its best checkpoint, {best}" in result.stdout
 
 
 def test_attention_by_bag_size_reads_the_runs_own_test_bags(finished_run):
@@ -323,6 +329,24 @@ def test_a_resume_that_fails_early_keeps_the_runs_best_checkpoint(finished_run, 
     assert find_checkpoint(run) == (run / best).resolve()
 
 
+def test_a_ctrl_c_is_recorded_as_an_interruption(tmp_path):
+    """Lightning ends a KeyboardInterrupt with sys.exit(1): the record said "SystemExit: 1"."""
+    record = RunRecord(tmp_path, seed=0, overrides=[])
+    record.start()
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            sys.exit(1)
+    except SystemExit as err:
+        record.fail(err)
+    assert read(tmp_path / "metrics.json")["error"] == (
+        "interrupted (KeyboardInterrupt, Ctrl-C): resume=<this run dir> continues it"
+    )
+    record.fail(ValueError("bad"))
+    assert read(tmp_path / "metrics.json")["error"] == "ValueError: bad"
+
+
 def test_the_record_follows_the_best_checkpoint_as_it_is_saved(tmp_path):
     """A new best is recorded once its file is written (Lightning writes it before last.ckpt and
     deletes the one it replaces after it), so a run that dies later still names its best."""
@@ -364,6 +388,10 @@ def test_a_moved_run_resumes_with_its_own_best_checkpoint(finished_run, tmp_path
     kept_best = [p.name for p in (moved / "checkpoints").glob("*.ckpt") if p.name != "last.ckpt"]
     assert kept_best == [Path(record["best_ckpt"]).name]
     assert record["best_ckpt"] == best or not (moved / best).exists()
+    # resumed to fewer epochs than it has trained: refused before its record is touched
+    result = run_cli(tmp_path, *TINY, f"resume={moved}", f"trainer.max_epochs={epochs - 2}")
+    assert result.returncode == 2 and "a resumed run trains on, never back" in result.stderr
+    assert read(moved / "metrics.json") == record
 
 
 def test_moved_state_points_the_old_paths_into_the_new_dir():
@@ -474,6 +502,39 @@ def test_resume_errors(tmp_path):
     with pytest.raises(ConfigError, match=r"overrides.yaml cannot be read, so whether this"):
         check_resume(str(run_dir), longer)
     assert resolve_run_dir("auto", str(runs_root), longer) != str(run_dir)
+
+
+def test_a_resume_that_would_train_back_is_refused(tmp_path):
+    """Lightning raised 'You restored a checkpoint with current_epoch=2, but you have set
+    Trainer(max_epochs=1)' after the run's completed record had been set aside as failed."""
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    torch.save({"epoch": 2}, run_dir / "checkpoints" / "last.ckpt")
+    with pytest.raises(
+        ConfigError,
+        match=r"in epoch 2 \(counting from 0\), which trainer.max_"
+        r"epochs=1 ends before: .*set trainer.max_epochs >= 2; to test the run",
+    ):
+        check_resume_epochs(str(run_dir), 1)
+    for max_epochs in (2, 3, -1, None):  # Lightning takes these
+        check_resume_epochs(str(run_dir), max_epochs)
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"")  # train says what is wrong
+    check_resume_epochs(str(run_dir), 1)
+
+
+def test_the_resume_command_offered_keeps_this_commands_epochs(tmp_path):
+    """It repeated the first attempt's trainer.max_epochs=1, which a run trained on since has
+    passed: the command offered then failed."""
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"")
+    (run_dir / ".hydra").mkdir()
+    (run_dir / ".hydra" / "overrides.yaml").write_text("- seed=1\n- trainer.max_epochs=1\n")
+    with pytest.raises(ConfigError) as err:
+        check_resume(str(run_dir), ["seed=1", "scorer=dot", "trainer.max_epochs=3"])
+    assert str(err.value).endswith(
+        f"python -m attnexp seed=1 trainer.max_epochs=3 resume={run_dir}"
+    )
 
 
 def test_a_broken_last_checkpoint_is_said_not_a_traceback(tmp_path):
@@ -758,6 +819,12 @@ def test_unknown_options_and_keys(compose_cfg, overrides, error, match):
         (["model.scorer=null"], r"model=bag_attn needs an attention scorer"),
         # was wrapped in Hydra's InstantiationException (the task was not built as the rest)
         (["task.weight_decay=-1"], r"^task.weight_decay=-1 must be a number >= 0"),
+        # was Hydra's "Error in call to target ... unexpected keyword argument 'new_key'"
+        (
+            ["+model.new_key=3"],
+            r"^model.new_key: attnexp.models.bag.BagAttention takes no argument 'new_key' \(it "
+            r"takes: .*hidden_size.*\); a key added with \+ is passed to it",
+        ),
     ],
 )
 def test_config_errors(compose_cfg, overrides, match):

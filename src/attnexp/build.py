@@ -2,13 +2,14 @@
 
 import inspect
 import logging
+import re
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
 import yaml
 from hydra.errors import InstantiationException
-from hydra.utils import get_class, instantiate
+from hydra.utils import get_class, get_object, instantiate
 from omegaconf import DictConfig
 
 from attnexp.data.base import AttnDataModule
@@ -93,7 +94,29 @@ def instantiate_checked(node: DictConfig, **kwargs):
     except InstantiationException as err:
         if isinstance(err.__cause__, ConfigError):
             raise err.__cause__ from None
+        unexpected = unexpected_argument(err.__cause__, node)
+        if unexpected is not None:
+            raise unexpected from None
         raise
+
+
+def unexpected_argument(cause: BaseException | None, node: DictConfig) -> ConfigError | None:
+    """A key added with `+` that the class does not take, said with the arguments it does take."""
+    found = re.search(r"unexpected keyword argument '(\w+)'", str(cause))
+    if not isinstance(cause, TypeError) or found is None:
+        return None
+    name, target = found[1], node.get("_target_")
+    section = node._get_full_key(None) or "<section>"
+    try:
+        takes = ", ".join(
+            p for p in inspect.signature(get_object(target)).parameters if p != "self"
+        )
+    except (ImportError, ValueError, TypeError):
+        takes = "see its docstring"
+    return ConfigError(
+        f"{section}.{name}: {target} takes no argument '{name}' (it takes: {takes}); a key added "
+        f"with + is passed to it, so it must be one of these (drop +{section}.{name}=...)"
+    )
 
 
 def check_data_dir(data_dir: str, overrides: list[str]) -> None:

@@ -87,7 +87,7 @@ def run_settings_hint(command: str) -> Iterator[None]:
         yield
     except ConfigError as err:
         raise ConfigError(
-            f'{err} ({command} takes run settings as overrides=["key=value"])'
+            f"{err} ({command} takes run settings as 'overrides=[\"key=value\"]')"
         ) from err
 
 

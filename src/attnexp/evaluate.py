@@ -55,7 +55,7 @@ def check_same_data(source: str, run_record: dict, run_cfg: DictConfig, override
         raise ConfigError(
             f"the run was tested on {recorded} data, this evaluation reads {source} data "
             f"(paths.data_dir={run_cfg.paths.data_dir}): give paths.data_dir=<the folder the run "
-            f'used>, or overrides=["data.source={source}"] to evaluate on it anyway'
+            f"used>, or 'overrides=[\"data.source={source}\"]' to evaluate on it anyway"
         )
 
 
@@ -70,7 +70,7 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
     if run_cfg.seed is None:
         raise ConfigError(
             f"{run_dir} ran with seed=null, and its {METRICS_FILE} records no drawn seed: its test "
-            f'data cannot be made again (give overrides=["seed=<the seed it drew>"])'
+            f"data cannot be made again (give 'overrides=[\"seed=<the seed it drew>\"]')"
         )
     record = RunRecord(
         out_dir,
@@ -110,6 +110,9 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
         record.fail(err)
         raise
     record.update(run_metrics=run_record.get("metrics", {}))
+    best = run_record.get("best_ckpt")
+    if best and (run_dir / best).resolve() != ckpt.resolve():
+        record.update(run_metrics_ckpt=best)  # the summary's run column says whose they are
     record.complete(metrics)
     return record.data
 
@@ -148,11 +151,12 @@ def make_test_trainer(cfg: DictConfig, run_cfg: DictConfig, out_dir: Path) -> pl
 
 def summary(data: dict, out_dir: Path) -> str:
     """Each test/* metric of the evaluation next to the run's ('-' where the run has none)."""
-    lines = [
-        f"checkpoint: {data['ckpt']}",
-        f"eval dir:   {out_dir}",
-        f"  {'metric':<24} {'eval':>8} {'run':>8}",
-    ]
+    lines = [f"checkpoint: {data['ckpt']}", f"eval dir:   {out_dir}"]
+    if data.get("run_metrics_ckpt"):
+        lines.append(
+            f"run:        the run's own test of its best checkpoint, {data['run_metrics_ckpt']}"
+        )
+    lines.append(f"  {'metric':<24} {'eval':>8} {'run':>8}")
     for key in sorted(data["metrics"], key=natural_key):
         value = data["metrics"][key]
         if key.startswith("test/"):

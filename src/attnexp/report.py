@@ -264,9 +264,10 @@ def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
         f"{TITLE}{root.resolve()}",
         "",
         f"{len(runs)} runs: " + ", ".join(f"{n} {s}" for s, n in by_status.items()) + ".",
-        "Metrics of runs not completed are from their last finished epoch.",
         machines_markdown(runs),
     ]
+    if any(r.status != "completed" for r in runs):
+        parts.insert(3, "Metrics of runs not completed are from their last finished epoch.")
     if DATA_KEY in runs[0].variant:
         sources = ", ".join(sorted({r.settings[DATA_KEY] for r in runs if DATA_KEY in r.settings}))
         log.warning("the runs saw different data (%s): not averaged together", sources)

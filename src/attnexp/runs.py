@@ -20,13 +20,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 import attnexp
 from attnexp.errors import ConfigError, exit_with
-from attnexp.files import next_attempt, not_a_folder, write_atomically
+from attnexp.files import TORCH_LOAD_ERRORS, next_attempt, not_a_folder, write_atomically
 from attnexp.machine import describe_machine
 
 log = logging.getLogger(__name__)
@@ -120,7 +121,15 @@ def resolve_run_dir(resume: str | None, runs_root: str, overrides: list[str]) ->
                 found,
             )
         return str(found)
-    return str(Path(resume).expanduser().resolve())
+    run_dir = Path(resume).expanduser().resolve()
+    if existing_record(run_dir).get("status") == "completed":
+        log.warning(
+            "resume=%s: the run has completed: it trains on only as far as a raised "
+            "trainer.max_epochs / max_steps allows, then is tested again (its record so far is "
+            "kept as metrics.attempt<k>.json)",
+            resume,
+        )
+    return str(run_dir)
 
 
 def existing_record(run_dir: Path) -> dict:
@@ -175,11 +184,33 @@ def check_resume(resume: str, overrides: list[str]) -> None:
     wanted, given = _fixed_settings(saved), _fixed_settings(overrides)
     differ = sorted(k for k in wanted.keys() | given.keys() if wanted.get(k) != given.get(k))
     if differ:
+        # its own settings, with this command's of those that may change (not the first
+        # attempt's trainer.max_epochs, which a run trained on since may have passed)
+        may_change = {k: o for k, o in _by_key(overrides).items() if k not in given}
+        command = [*wanted.values(), *may_change.values(), override_arg(RESUME_KEY, resume)]
         raise ConfigError(
             f"resume={resume}: that run was started with other settings (differing: "
             f"{', '.join(differ)}). A resumed run continues with its own settings; only "
-            f"{MAY_CHANGE_NAMES} may change. To resume it: python -m attnexp "
-            f"{' '.join([*_by_key(saved).values(), override_arg(RESUME_KEY, resume)])}"
+            f"{MAY_CHANGE_NAMES} may change. To resume it: python -m attnexp {' '.join(command)}"
+        )
+
+
+def check_resume_epochs(resume: str, max_epochs: object) -> None:
+    """Lightning refuses (with a traceback, after the run's record is reopened) a resumed run
+    whose trainer.max_epochs ends before the epoch of the checkpoint it goes on from."""
+    if type(max_epochs) is not int or max_epochs < 0:
+        return
+    last = Path(resume).expanduser().resolve() / LAST_CKPT
+    try:
+        epoch = torch.load(last, map_location="cpu", weights_only=False, mmap=True)["epoch"]
+    except (*TORCH_LOAD_ERRORS, TypeError):
+        return  # train says what is wrong with it, before it trains
+    if epoch > max_epochs:
+        raise ConfigError(
+            f"resume={resume}: the run's last checkpoint is in epoch {epoch} (counting from 0), "
+            f"which trainer.max_epochs={max_epochs} ends before: a resumed run trains on, never "
+            f"back (set trainer.max_epochs >= {epoch}; to test the run again: python -m "
+            f"attnexp.evaluate {override_arg('ckpt_path', resume)})"
         )
 
 
@@ -261,6 +292,7 @@ class RunDirGuard(Callback):
             resumed = resumed_dir(config)
             if resumed is not None:
                 check_not_running(resumed, f"resume={resume}")
+                check_resume_epochs(str(resumed), OmegaConf.select(config, "trainer.max_epochs"))
 
 
 @contextlib.contextmanager
@@ -353,6 +385,16 @@ def hydra_subdir(run_dir: str, mode: object = None) -> str | None:
 def _write_json(path: Path, data: dict) -> None:
     text = json.dumps(data, indent=2, default=str) + "\n"
     write_atomically(path, lambda partial: partial.write_text(text))
+
+
+def failure(err: BaseException) -> str:
+    """How a run ended, for its record. Lightning ends a Ctrl-C with `sys.exit(1)`, which alone
+    would read "SystemExit: 1"."""
+    if isinstance(err, KeyboardInterrupt) or (
+        isinstance(err, SystemExit) and isinstance(err.__context__, KeyboardInterrupt)
+    ):
+        return "interrupted (KeyboardInterrupt, Ctrl-C): resume=<this run dir> continues it"
+    return f"{type(err).__name__}: {err}"
 
 
 class RunRecord:
@@ -449,7 +491,7 @@ class RunRecord:
     def fail(self, err: BaseException) -> None:
         self.update(
             status="failed",
-            error=f"{type(err).__name__}: {err}",
+            error=failure(err),
             traceback=traceback.format_exc(limit=20),
             finished_at=datetime.now().isoformat(timespec="seconds"),
         )

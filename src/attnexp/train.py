@@ -4,6 +4,7 @@ Every run writes, in its own run dir: the composed config (.hydra/), checkpoints
 tb/ (TensorBoard), train.log and metrics.json.
 """
 
+import importlib.util
 import logging
 import os
 import random
@@ -427,6 +428,25 @@ def summary(metrics: dict[str, float], run_dir: str) -> str:
     return "\n".join([f"run dir: {run_dir}", *lines])
 
 
+def plugin_installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # not even its namespace package
+        return False
+
+
+def missing_sweeper(args: list[str]) -> list[str]:
+    """conf/hparams_search/ options use the Optuna sweeper, a Hydra plugin from an extra: without
+    it Hydra says only "Could not find 'hydra/sweeper/optuna'"."""
+    searches = [a for a in args if a.lstrip("+").startswith("hparams_search=")]
+    if not searches or plugin_installed("hydra_plugins.hydra_optuna_sweeper"):
+        return []
+    return [
+        f"{searches[0]} runs on the Optuna sweeper, which is not installed: pip install -e "
+        f"'.[optuna]' (from a source checkout), or pip install 'attnexp[optuna]'"
+    ]
+
+
 def cli() -> None:
     try:
         main()
@@ -434,6 +454,8 @@ def cli() -> None:
         # Status 1: Hydra printed an error it caught. A key it could not override gets named
         # with the keys there are (Hydra's advice, `+key=...`, would add one nothing reads).
         messages = unknown_keys("train", sys.argv[1:]) if end.code == 1 else []
+        if end.code == 1 and not messages:
+            messages = missing_sweeper(sys.argv[1:])
         for message in messages:
             print(f"error: {message}", file=sys.stderr)
         if messages:
