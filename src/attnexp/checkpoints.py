@@ -76,7 +76,13 @@ def compose_command_cfg(command: str, overrides: list[str]) -> DictConfig:
             bad = [o for o in overrides if key and override_key(o) == key.group(1)]
             if bad:
                 raise not_a_setting(command, bad[0]) from None
-            raise ConfigError(f"{command}: {str(err).splitlines()[0]}") from None
+            unquoted = [o for o in overrides if override_key(o) == "overrides" and '"' not in o]
+            hint = (  # Hydra's parser reads [a=1] as a broken list: "no viable alternative"
+                f" ({unquoted[0]}: quote each setting, 'overrides=[\"key=value\", ...]')"
+                if unquoted and "=" in unquoted[0].partition("=")[2]
+                else ""
+            )
+            raise ConfigError(f"{command}: {str(err).splitlines()[0]}{hint}") from None
 
 
 @contextmanager
@@ -147,7 +153,9 @@ def apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     for line in overrides:
         key, sep, value = line.partition("=")
         if not sep:
-            raise ConfigError(f"override '{line}' is not key=value")
+            raise ConfigError(
+                f"overrides: '{line}' is not key=value (give 'overrides=[\"key=value\", ...]')"
+            )
         add = key.startswith("+")
         key = key.lstrip("+")
         parent_key, _, leaf = key.rpartition(".")
