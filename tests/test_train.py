@@ -27,8 +27,8 @@ from attnexp.build import build, check_data_dir
 from attnexp.checkpoints import compose_command_cfg, find_checkpoint, load_run
 from attnexp.errors import ConfigError
 from attnexp.evaluate import check_same_data, evaluate, make_test_trainer, run_overrides
+from attnexp.run_record import RunRecord
 from attnexp.runs import (
-    RunRecord,
     check_not_running,
     check_output_root,
     check_resume,
@@ -39,13 +39,8 @@ from attnexp.runs import (
     writer_alive,
 )
 from attnexp.tasks.callbacks import EpochHistory, moved_state
-from attnexp.train import (
-    check_settings,
-    checkpoint_step,
-    draw_seed,
-    purge_setting,
-    resume_step_of,
-)
+from attnexp.train import checkpoint_step, draw_seed, resume_step_of
+from attnexp.trainer import check_settings, purge_setting
 
 
 def read(path: Path) -> dict:

@@ -27,8 +27,10 @@ from attnexp.checkpoints import (
 from attnexp.config import register_resolvers
 from attnexp.data.base import AttnDataModule
 from attnexp.errors import ConfigError, exit_with, require_seed
-from attnexp.runs import METRICS_FILE, RunRecord, natural_key, override_key
-from attnexp.train import TRAINER_REFUSALS, device_name, refused_settings, scalar_metrics
+from attnexp.run_record import RunRecord
+from attnexp.runs import METRICS_FILE, natural_key, override_key
+from attnexp.train import scalar_metrics
+from attnexp.trainer import TRAINER_REFUSALS, device_name, refused_settings
 
 log = logging.getLogger(__name__)
 register_resolvers()

@@ -8,7 +8,6 @@ import importlib.util
 import logging
 import os
 import random
-import re
 import signal
 import sys
 from pathlib import Path
@@ -17,23 +16,20 @@ import hydra
 import pytorch_lightning as pl
 import torch
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import InstantiationException
 from hydra.types import RunMode
-from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import MisconfigurationException, SIGTERMException
 
-from attnexp.build import build, check_data_dir, instantiate_checked, resolved_data_dir
-from attnexp.checkpoints import SEED_KEYS
+from attnexp.build import build, check_data_dir, resolved_data_dir
 from attnexp.config import register_resolvers
-from attnexp.errors import ConfigError, exit_with, require_seed
+from attnexp.errors import ConfigError, exit_with
 from attnexp.files import TORCH_LOAD_ERRORS
 from attnexp.overrides import unknown_keys
+from attnexp.run_record import RunRecord
 from attnexp.runs import (
     LAST_CKPT,
-    RunRecord,
     holds_run,
     is_other_rank,
     natural_key,
@@ -41,15 +37,11 @@ from attnexp.runs import (
 )
 from attnexp.sweeps import check_strategy
 from attnexp.tasks.callbacks import (
-    EndSpawnedProcessGroup,
-    EpochHistory,
-    MovedRunCheckpoints,
     best_checkpoint_callback,
 )
-from attnexp.tasks.loggers import RESUMABLE, start_logs
+from attnexp.trainer import check_settings, device_name, make_trainer, monitor_refusal
 
 log = logging.getLogger(__name__)
-TRAINER_REFUSALS = (TypeError, ValueError, MisconfigurationException)  # how Lightning says no
 FAILED_JOBS: list[str] = []  # failed jobs of this process's multirun, for the exit status
 
 register_resolvers()
@@ -59,16 +51,6 @@ def scalar_metrics(metrics: dict) -> dict[str, float]:
     return {
         k: float(v) for k, v in sorted(metrics.items()) if torch.is_tensor(v) and v.numel() == 1
     }
-
-
-def device_name(trainer: pl.Trainer) -> str:
-    device = trainer.strategy.root_device
-    name = str(device)
-    if device.type == "cuda":
-        name += f" ({torch.cuda.get_device_name(device)})"
-    if trainer.world_size > 1:
-        name += f" x{trainer.world_size}"
-    return name
 
 
 def draw_seed(cfg: DictConfig, record: RunRecord) -> None:
@@ -161,150 +143,6 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         final = {f"final/{k}": v for k, v in metrics.items() if k.startswith(("val/", "test/"))}
         tb_logger.log_hyperparams(flatten_hparams(hparams), metrics=final)
     return metrics
-
-
-def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Trainer:
-    """The Trainer with the configured callbacks and loggers (logging from `resume_step` on)."""
-    callbacks = [make_callback(name, c) for name, c in cfg.callbacks.items() if c is not None] + [
-        EpochHistory(record),
-        EndSpawnedProcessGroup(),  # ddp_spawn: ends the ranks' process group at each stage's end
-        MovedRunCheckpoints(),  # resume= of a run dir that was moved or copied
-    ]
-    loggers = [
-        instantiate(c, **purge_setting(c, resume_step))
-        for c in (cfg.get("logger") or {}).values()
-        if c is not None
-    ]
-    start_logs(loggers)
-    # Without a configured ModelCheckpoint, Lightning would add one that monitors nothing (so has
-    # no best checkpoint) and writes into the logger's dir: no checkpoints then.
-    checkpointing = (
-        {}
-        if any(isinstance(c, ModelCheckpoint) for c in callbacks)
-        else {"enable_checkpointing": False}
-    )
-    try:
-        return instantiate(cfg.trainer, callbacks=callbacks, logger=loggers, **checkpointing)
-    except InstantiationException as err:
-        if not isinstance(err.__cause__, TRAINER_REFUSALS):
-            raise
-        settings = {key: value for key, value in cfg.trainer.items() if key != "_target_"}
-        raise refused_settings(err.__cause__, settings, "train") from err.__cause__
-
-
-def make_callback(name: str, callback_cfg: DictConfig) -> pl.Callback:
-    """callbacks.<name>, with Lightning's refusal of a setting (a ModelCheckpoint mode=foo, say)
-    said as a ConfigError that names callbacks.<name>.<key>."""
-    try:
-        return instantiate_checked(callback_cfg)
-    except InstantiationException as err:
-        if not isinstance(err.__cause__, TRAINER_REFUSALS):
-            raise
-        settings = {key: value for key, value in callback_cfg.items() if key != "_target_"}
-        raise refused_settings(err.__cause__, settings, "train", f"callbacks.{name}") from None
-
-
-def refused_settings(
-    err: Exception, settings: dict, command: str, prefix: str = "trainer"
-) -> ConfigError:
-    """Lightning's refusal of `settings` (the Trainer's, or a callback's under `prefix`) as a
-    ConfigError that names the settings its message names (all of them when it names none)."""
-    named = [
-        key for key in settings if re.search(rf"\b{re.escape(key)}\b", str(err), re.IGNORECASE)
-    ]
-    shown = ", ".join(f"{prefix}.{key}={settings[key]}" for key in named or settings)
-    return ConfigError(f"{command}: Lightning refuses {shown}: {err} (set the one it names)")
-
-
-def monitor_refusal(
-    err: MisconfigurationException, callbacks_cfg: DictConfig
-) -> ConfigError | None:
-    """A checkpoint callback's `monitor` that names no logged metric (Lightning finds out at the
-    first validation) as a ConfigError naming the setting and the metrics there are."""
-    found = re.search(r"monitor='([^']*)'\)` could not find .* metrics: (\[[^]]*\])", str(err))
-    if found is None:
-        return None
-    monitor, logged = found.groups()
-    names = [n for n, c in callbacks_cfg.items() if c is not None and c.get("monitor") == monitor]
-    key = f"callbacks.{names[0]}.monitor" if names else "monitor"
-    return ConfigError(
-        f"{key}={monitor} is not a metric the run logs at validation (it logs {logged}; set "
-        f"{key}=val/acc, for instance)"
-    )
-
-
-def check_settings(cfg: DictConfig) -> None:
-    """Settings that torch or Lightning would refuse with a traceback from deep inside fit()."""
-    epochs = cfg.trainer.get("max_epochs")
-    for key in SEED_KEYS:
-        require_seed(key, OmegaConf.select(cfg, key, default=None))
-    if epochs is not None and (type(epochs) is not int or epochs < -1):
-        raise ConfigError(
-            f"trainer.max_epochs={epochs!r} must be a whole number of epochs (-1: no limit)"
-        )
-    # Lightning takes these as "train nothing": the run would test its untrained weights.
-    nothing = [
-        key
-        for key in ("max_epochs", "max_steps", "limit_train_batches")
-        if cfg.trainer.get(key) in (0, 0.0) and type(cfg.trainer.get(key)) is not bool
-    ]
-    if nothing:
-        key = nothing[0]
-        raise ConfigError(
-            f"trainer.{key}=0 trains nothing: the run would test its untrained model (set "
-            f"trainer.{key} >= 1; to test a trained checkpoint: python -m attnexp.evaluate "
-            f"ckpt_path=<run dir>)"
-        )
-    lr = cfg.get("optimizer", {}).get("lr")
-    if lr is not None and (type(lr) not in (int, float) or lr <= 0):
-        raise ConfigError(f"optimizer.lr={lr!r} must be a positive number (e.g. optimizer.lr=1e-3)")
-    accelerator = str(cfg.trainer.get("accelerator"))
-    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
-        raise ConfigError(
-            f"trainer.accelerator={accelerator}: this machine sees no CUDA device (use "
-            f"trainer=cpu, or trainer=default, which takes what there is)"
-        )
-    check_val_interval(cfg.trainer)
-
-
-def check_val_interval(trainer_cfg: DictConfig) -> None:
-    """Lightning stops with a traceback when a step interval between validations is longer than
-    the epoch that `limit_train_batches` leaves, or on a zero epoch interval (a modulo by 0)."""
-    every = trainer_cfg.get("check_val_every_n_epoch")
-    if every is not None and (type(every) is not int or every < 1):
-        raise ConfigError(
-            f"trainer.check_val_every_n_epoch={every} must be a whole number of epochs >= 1 "
-            f"(null: validate by trainer.val_check_interval steps only; to validate never, set "
-            f"trainer.limit_val_batches=0)"
-        )
-    interval = trainer_cfg.get("val_check_interval")
-    limit = trainer_cfg.get("limit_train_batches")
-    if (type(interval) is int and interval < 1) or (type(interval) is float and interval <= 0):
-        raise ConfigError(
-            f"trainer.val_check_interval={interval} never validates: give a number of training "
-            f"batches >= 1 or a fraction of an epoch in (0, 1] (set trainer.val_check_interval=1.0 "
-            f"to validate once per epoch)"
-        )
-    if type(interval) is int and type(limit) is int and limit < interval:
-        raise ConfigError(
-            f"trainer.val_check_interval={interval} validates every {interval} training batches, "
-            f"but trainer.limit_train_batches={limit} ends each epoch before the first check (set "
-            f"trainer.val_check_interval=1.0 to validate once per epoch, or limit_train_batches "
-            f">= {interval})"
-        )
-
-
-def purge_setting(logger_cfg: DictConfig, resume_step: int) -> dict[str, int]:
-    """TensorBoard and CSV logs drop what an interrupted attempt logged at or after the step its
-    resumed run goes on from (tasks/loggers.py); other loggers are left as configured."""
-    target_path = logger_cfg.get("_target_")
-    try:
-        target = get_object(target_path) if isinstance(target_path, str) else None
-    except (ImportError, ValueError):  # instantiate() says what is wrong
-        return {}
-    # a _target_ may be any callable that makes a logger (a factory function, say)
-    resumable = isinstance(target, type) and issubclass(target, RESUMABLE)
-    return {"purge_step": resume_step} if resumable else {}
 
 
 def checkpoint_step(path: str | Path) -> int:

@@ -1,0 +1,134 @@
+"""A run's machine-readable record, `<run dir>/metrics.json`: written as the run goes
+(running -> completed | failed), always in one step, and never over an earlier attempt's."""
+
+import json
+import logging
+import os
+import platform
+import time
+import traceback
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import attnexp
+from attnexp.files import next_attempt, write_atomically
+from attnexp.machine import describe_machine
+from attnexp.runs import METRICS_FILE
+
+log = logging.getLogger(__name__)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    text = json.dumps(data, indent=2, default=str) + "\n"
+    write_atomically(path, lambda partial: partial.write_text(text))
+
+
+def failure(err: BaseException) -> str:
+    """How a run ended, for its record. Lightning ends a Ctrl-C with `sys.exit(1)`, which alone
+    would read "SystemExit: 1"."""
+    if isinstance(err, KeyboardInterrupt) or (
+        isinstance(err, SystemExit) and isinstance(err.__context__, KeyboardInterrupt)
+    ):
+        return "interrupted (KeyboardInterrupt, Ctrl-C): resume=<this run dir> continues it"
+    return f"{type(err).__name__}: {err}"
+
+
+class RunRecord:
+    """Keeps `<run_dir>/metrics.json` up to date: running -> completed | failed."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        seed: int | None,
+        overrides: list[str],
+        extra: dict | None = None,
+        write: bool = True,
+    ):
+        self.path = Path(run_dir) / METRICS_FILE
+        self.write = write  # False in the other ranks of a re-launched DDP/FSDP run: rank 0 writes
+        self.started = time.time()
+        self.data: dict[str, Any] = {
+            "status": "running",
+            "metrics": {},
+            "history": [],
+            "validations": [],
+            "data_source": None,
+            "device": None,
+            "seed": seed,
+            "duration_s": None,
+            "overrides": list(overrides),
+            "version": attnexp.__version__,
+            "started_at": datetime.now().isoformat(timespec="seconds"),
+            "host": platform.node(),
+            "pid": os.getpid(),  # with host: tells a run still going from one killed (`writer_alive`)
+            "machine": describe_machine() if write else None,
+            "warnings": [],
+            **(extra or {}),
+        }
+        self.earlier_seed: int | None = None  # a resumed run: the seed its earlier attempt ran with
+
+    def start(self) -> None:
+        if not self.write:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():  # a resumed run: keep what the earlier attempt wrote
+            attempt, kept = next_attempt(self.path)
+            earlier = self.path.rename(kept)
+            self.data["resumed_from_attempt"] = attempt
+            try:  # the epochs and validations before the interruption stay in the record
+                before = json.loads(earlier.read_text())
+                for key in ("history", "validations"):
+                    self.data[key] = list(before.get(key, []))
+                if before.get("best_ckpt"):  # still the best until this attempt saves a better one
+                    self.data["best_ckpt"] = before["best_ckpt"]
+                self.earlier_seed = before.get("seed")
+            except (OSError, ValueError) as err:
+                log.warning("could not read the history of %s: %s", earlier, err)
+        self.save()
+
+    def update(self, **fields: Any) -> None:
+        self.data.update(fields)
+        self.save()
+
+    def record_best(self, best: str) -> None:
+        """`best_ckpt`: the best checkpoint's path, relative to the run dir where it lies in it."""
+        path, run_dir = Path(best), self.path.parent
+        relative = str(path.relative_to(run_dir)) if path.is_relative_to(run_dir) else best
+        if self.data.get("best_ckpt") != relative:
+            self.update(best_ckpt=relative)
+
+    def warn(self, message: str) -> None:
+        """A decision taken for the user: logged at WARNING and kept in the record."""
+        log.warning(message)
+        self.data["warnings"].append(message)
+
+    def reload(self, *keys: str) -> None:
+        """Take `keys` from the file on disk: another process (a DDP worker) may have written them."""
+        try:
+            on_disk = json.loads(self.path.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            log.warning("cannot re-read %s: %s", self.path, err)
+            return
+        self.data.update({k: on_disk[k] for k in keys if k in on_disk})
+
+    def save(self) -> None:
+        if not self.write:
+            return
+        self.data["duration_s"] = round(time.time() - self.started, 2)
+        _write_json(self.path, self.data)
+
+    def complete(self, metrics: dict[str, float]) -> None:
+        self.update(
+            status="completed",
+            metrics=metrics,
+            finished_at=datetime.now().isoformat(timespec="seconds"),
+        )
+
+    def fail(self, err: BaseException) -> None:
+        self.update(
+            status="failed",
+            error=failure(err),
+            traceback=traceback.format_exc(limit=20),
+            finished_at=datetime.now().isoformat(timespec="seconds"),
+        )
