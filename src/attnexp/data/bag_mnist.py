@@ -269,7 +269,7 @@ class BagMNISTDataModule(AttnDataModule):
         items = items * batch["mask"][:, :, None, None]
         module = self.trainer.lightning_module if self.trainer is not None else None
         dtype = module.dtype if module is not None else torch.float32
-        return {**batch, "items": items.unsqueeze(2).to(dtype)}
+        return {**batch, "items": items.unsqueeze(2).to(dtype)}  # (B, T, 1, S, S): one channel
 
     def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor]:
         min_size = self.min_bag_size if self.variable else self.bag_size

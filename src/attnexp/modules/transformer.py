@@ -133,6 +133,7 @@ class TorchEncoderBlock(nn.Module):
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, T, E), mask (B, T) -> out (B, T, E), weights (B, nh, T, T) or None."""
         padding = None if mask is None else ~mask  # PyTorch: True = ignore
         weights = None
         if need_weights:
