@@ -1,12 +1,19 @@
 """Shared fixtures: tiny generated data on disk and a config composer for in-process runs."""
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# Token-id caches of the runs the tests start (also as subprocesses) stay out of ~/.cache.
+if "ATTNEXP_CACHE" not in os.environ:
+    os.environ["ATTNEXP_CACHE"] = tempfile.mkdtemp(prefix="attnexp-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["ATTNEXP_CACHE"], ignore_errors=True)
 
 from hydra import compose, initialize_config_module  # noqa: E402
 from hydra.core.global_hydra import GlobalHydra  # noqa: E402

@@ -151,6 +151,23 @@ def test_acl_folder_layout(tmp_path):
     assert [int(t.rsplit(" ", 1)[1]) for t in texts] == [0, 2, 10, 11, 100] * 2
 
 
+def test_acl_files_that_are_not_reviews_are_left_out(tmp_path, caplog):
+    """A README.txt in aclImdb/train/pos was read as a positive review."""
+    root = tmp_path / "data" / "imdb" / "aclImdb"
+    for split in ("train", "test"):
+        for name in ("pos", "neg"):
+            (root / split / name).mkdir(parents=True)
+            (root / split / name / "0_7.txt").write_text(f"{name} review")
+    (root / "train" / "pos" / "README.txt").write_text("notes about the folder")
+    with caplog.at_level(logging.WARNING):
+        texts = make_dm(tmp_path).load_local(root.parent)["train"]["text"]
+    assert texts == ["neg review", "pos review"]
+    assert "1 file(s) in" in caplog.text and "not read as reviews: README.txt" in caplog.text
+    (root / "test" / "neg" / "0_7.txt").rename(root / "test" / "neg" / "mine.txt")
+    with pytest.raises(ConfigError, match=r"no reviews \(<id>_<rating>.txt\) in .*test/neg"):
+        make_dm(tmp_path).load_local(root.parent)
+
+
 def test_bad_local_folder(tmp_path):
     (tmp_path / "data" / "imdb").mkdir(parents=True)
     with pytest.raises(ConfigError, match="neither train.parquet"):

@@ -1,9 +1,12 @@
+from pathlib import Path
+
 import pytest
 import torch
+from hydra.utils import instantiate
 from lcqmc_data import write_lcqmc
 
 from attnexp.data.chinese import PairTokenizer
-from attnexp.data.lcqmc import LCQMCDataModule
+from attnexp.data.lcqmc import LCQMCDataModule, read_pairs
 from attnexp.errors import ConfigError
 
 
@@ -305,3 +308,22 @@ def test_a_training_split_of_one_class_is_refused(tmp_path):
     (folder / "dev.tsv").write_text("\n".join(one_class) + "\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"all 36 training pairs have label \[1\]: a matcher"):
         make_dm(tmp_path).setup()
+
+
+def test_the_cache_lies_under_attnexp_cache_as_imdbs_does(compose_cfg, monkeypatch):
+    """It was .cache/lcqmc in the folder a run started from, whatever $ATTNEXP_CACHE said."""
+    monkeypatch.setenv("ATTNEXP_CACHE", "/elsewhere/cache")
+    assert compose_cfg("model=transformer").data.cache_dir == "/elsewhere/cache/lcqmc"
+    monkeypatch.delenv("ATTNEXP_CACHE")
+    dm = instantiate(compose_cfg("model=transformer").data)
+    assert dm.cache_dir == Path("~/.cache/attnexp/lcqmc").expanduser()
+
+
+def test_pair_files_with_a_bom_crlf_and_a_lone_carriage_return(tmp_path):
+    """A lone \\r inside a text ended the line: "expected 3 ... columns, found 1"."""
+    path = tmp_path / "dev.tsv"
+    path.write_bytes(
+        "\ufefftext_a\ttext_b\tlabel\r\n你好\t您好\t1\r\n电脑\r坏了\t电脑坏\t0\r\n".encode()
+    )
+    texts_a, texts_b, labels = read_pairs(path)
+    assert texts_a == ["你好", "电脑\r坏了"] and texts_b == ["您好", "电脑坏"] and labels == [1, 0]

@@ -44,6 +44,17 @@ def test_missing_file(tmp_path):
         ),
         (gzip.compress(b"\x00\x00\x09\x03" + b"\x00" * 20), "bad IDX header"),
         (gzip.compress(idx_bytes(np.zeros((4, 28, 28), np.uint8))[:-5]), "truncated"),
+        # numpy's "offset must be non-negative and no greater than buffer length (6)"
+        (gzip.compress(b"\x00\x00\x08\x03\x00\x00"), r"cut short in its IDX header \(6 of 16"),
+        (  # was "truncated"
+            gzip.compress(idx_bytes(np.zeros((4, 28, 28), np.uint8)) + b"\x00" * 7),
+            r"longer than its header says \(3143 bytes of data, header says \(4, 28, 28\)\)",
+        ),
+        # 20x20 images trained, then the test stopped with "mat1 and mat2 shapes cannot be multiplied"
+        (
+            gzip.compress(idx_bytes(np.zeros((20, 20, 20), np.uint8))),
+            r"train-images-idx3-ubyte.gz: images of 20x20 pixels; MNIST's are 28x28",
+        ),
     ],
 )
 def test_corrupt_file(tmp_path, content, match):

@@ -10,6 +10,7 @@ from attnexp.data.text import (
     normalize_text,
     save_tokenizer,
     texts_hash,
+    tokenize_dataset,
     tokenizer_hash,
     train_word_tokenizer,
 )
@@ -103,3 +104,19 @@ def test_typed_special_tokens_are_plain_words(tmp_path):
     # normal text keeps its ids, and the cache keys stay the same
     assert encode_texts(loaded, TEXTS, 50) == encode_texts(earlier, TEXTS, 50)
     assert tokenizer_hash(loaded) == tokenizer_hash(earlier)
+
+
+@pytest.mark.parametrize("damage", [b"", b"\xff\xff\xff\xff\x10\x00"])
+def test_a_broken_token_id_cache_is_encoded_again(tmp_path, damage, caplog):
+    """A cache file cut short or emptied stopped the run with pyarrow's ArrowInvalid."""
+    from datasets import Dataset
+
+    tokenizer = train_word_tokenizer(TEXTS, vocab_size=100, min_frequency=1)
+    data = Dataset.from_dict({"text": TEXTS, "label": [1, 0, 1]})
+    cache = tmp_path / "cache" / "train.arrow"
+    first = list(tokenize_dataset(data, tokenizer, 8, cache)["input_ids"])  # read before damage
+    cache.write_bytes(cache.read_bytes()[:200] if damage == b"" else damage)
+    again = tokenize_dataset(data, tokenizer, 8, cache)
+    assert list(again["input_ids"]) == first
+    assert "encoding again: the cached token ids" in caplog.text
+    assert list(tokenize_dataset(data, tokenizer, 8, cache)["input_ids"]) == first

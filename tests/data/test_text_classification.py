@@ -89,6 +89,15 @@ def test_held_out_sizes_add_up_to_the_fraction_of_the_total():
     assert len(held) == 5 and sorted(keep + held) == list(range(10))
 
 
+@pytest.mark.parametrize("total", [2005, 15, 1005, 25_000])
+def test_train_fraction_keeps_what_the_default_dev_split_leaves(total):
+    """1 - 0.9 is 0.09999999999999998: 2005 of it rounded to 200, where 0.1 gives 201."""
+    counts = [total // 2 + 1, total - total // 2 - 1]
+    assert held_out_sizes(counts, 1 - 0.9) == held_out_sizes(counts, 0.1)
+    labels = [0] * counts[0] + [1] * counts[1]
+    assert stratified_split(labels, 1 - 0.9, seed=3) == stratified_split(labels, 0.1, seed=3)
+
+
 def test_a_subclass_is_a_whole_dataset(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert make_topics(tmp_path).planned_source() is None  # no folder, no hub, no sample

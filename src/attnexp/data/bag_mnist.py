@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 
 from attnexp.data.bags import BagPool, FixedBags, RandomBags, check_rule
 from attnexp.data.base import AttnDataModule
-from attnexp.data.mnist import load_mnist
+from attnexp.data.mnist import IMAGE_SIZE, load_mnist
 from attnexp.data.resumable import ResumableLoader
 from attnexp.errors import ConfigError, require_fraction, require_non_negative, require_positive
 
@@ -120,7 +120,7 @@ class BagMNISTDataModule(AttnDataModule):
     def model_kwargs(self) -> dict:
         return {
             "num_classes": NUM_CLASSES,
-            "image_size": 28,
+            "image_size": IMAGE_SIZE,
             "channels": 1,
             "bag_size": self.bag_size,
         }

@@ -19,6 +19,7 @@ test reviews, test on the other half). Tokenizer, token-id cache, batches and fi
 """
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -33,19 +34,33 @@ VAL_SPLITS = ("random", "blocks")
 VAL_SOURCES = ("train", "test")
 
 
-def _review_id(path: Path) -> tuple[int, str]:
-    """aclImdb names a review `<id>_<rating>.txt`: order by the number, so ids 0, 1, 2, ... follow
-    each other (the order of the parquet copies), not 0, 1, 10, 100, ..."""
-    head = path.stem.split("_", 1)[0]
-    return (int(head), path.name) if head.isdigit() else (-1, path.name)
+REVIEW_FILE = re.compile(r"(\d+)_\d+\.txt")  # aclImdb's `<id>_<rating>.txt`
+
+
+def _review_files(folder: Path) -> list[Path]:
+    """The reviews in an aclImdb label folder, by id: 0, 1, 2, ... (the order of the parquet
+    copies), not 0, 1, 10, 100, ... Other files (a README.txt, say) are not reviews."""
+    files, others = [], []
+    for path in folder.glob("*.txt"):
+        (files if REVIEW_FILE.fullmatch(path.name) else others).append(path)
+    if others:
+        log.warning(
+            "IMDB: %d file(s) in %s are not named <id>_<rating>.txt, so not read as reviews: %s",
+            len(others),
+            folder,
+            ", ".join(sorted(p.name for p in others)[:3]),
+        )
+    return sorted(files, key=lambda p: int(REVIEW_FILE.fullmatch(p.name)[1]))
 
 
 def _read_acl_folder(folder: Path) -> Split:
     texts, labels = [], []
     for label, name in enumerate(("neg", "pos")):
-        files = sorted((folder / name).glob("*.txt"), key=_review_id)
+        files = _review_files(folder / name)
         if not files:
-            raise ConfigError(f"IMDB: no *.txt reviews in {folder / name} (aclImdb layout)")
+            raise ConfigError(
+                f"IMDB: no reviews (<id>_<rating>.txt) in {folder / name} (aclImdb layout)"
+            )
         for file in files:
             try:
                 texts.append(file.read_text(encoding="utf-8"))

@@ -58,7 +58,8 @@ def read_pairs(path: Path) -> Pairs:
 
 def _read_pairs(path: Path) -> Pairs:
     texts_a, texts_b, labels = [], [], []
-    with open(path, encoding="utf-8-sig") as handle:
+    # newline="\n": a lone \r inside a text (pasted from elsewhere) does not end the line
+    with open(path, encoding="utf-8-sig", newline="\n") as handle:
         for number, line in enumerate(handle, start=1):
             line = line.rstrip("\r\n")
             if not line.strip():
@@ -177,7 +178,7 @@ class LCQMCDataModule(AttnDataModule):
             min_frequency,
             tokenizer_file,
         )
-        self.cache_dir = Path(cache_dir) if cache_dir else None
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else None
         blocker = not_a_folder(self.cache_dir) if self.cache_dir is not None else None
         if blocker is not None:
             raise ConfigError(
@@ -316,17 +317,18 @@ class LCQMCDataModule(AttnDataModule):
         self.tokenizer = self._build_tokenizer(self.texts["train"])
         self.datasets = {name: self._encode(name, pairs) for name, pairs in self.texts.items()}
         counts = {name: len(d) for name, d in self.datasets.items()}
-        truncated = {
+        at_limit = {
             name: int((d.lengths >= self.max_seq_len).sum()) for name, d in self.datasets.items()
         }
         log.info(
-            "LCQMC (%s, train_split=%s): %s pairs, vocab %d, pairs cut to max_seq_len=%d: %s",
+            "LCQMC (%s, train_split=%s): %s pairs, vocab %d, pairs at max_seq_len=%d (cut there, "
+            "or exactly that long): %s",
             self.source,
             self.train_split,
             counts,
             self.tokenizer.vocab_size,
             self.max_seq_len,
-            truncated,
+            at_limit,
         )
 
     def ensure_tokenizer(self) -> PairTokenizer:

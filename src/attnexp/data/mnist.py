@@ -18,6 +18,7 @@ IDX_FILES = {
 }
 HUB_NAME = "ylecun/mnist"
 SAMPLE_FILE = "mnist_sample.npz"
+IMAGE_SIZE = 28  # pixels per side, every source
 
 Split = tuple[torch.Tensor, torch.Tensor]  # images (N, S, S) uint8, labels (N,) int64
 
@@ -37,10 +38,18 @@ def read_idx(path: Path, expected_ndim: int) -> np.ndarray:
         raise ConfigError(
             f"{path}: bad IDX header (magic {magic:#010x}, want {0x800 + expected_ndim:#010x})"
         )
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise ConfigError(
+            f"{path}: cut short in its IDX header ({len(raw)} of {header} bytes); re-download it"
+        )
     shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
-    body = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
+    body = np.frombuffer(raw, dtype=np.uint8, offset=header)
     if body.size != int(np.prod(shape)):
-        raise ConfigError(f"{path}: truncated ({body.size} bytes of data, header says {shape})")
+        what = "truncated" if body.size < int(np.prod(shape)) else "longer than its header says"
+        raise ConfigError(
+            f"{path}: {what} ({body.size} bytes of data, header says {shape}); re-download it"
+        )
     return body.reshape(shape)
 
 
@@ -60,6 +69,12 @@ def load_local(folder: Path) -> dict[str, Split]:
         if len(images) != len(labels):
             raise ConfigError(
                 f"MNIST {split}: {len(images)} images but {len(labels)} labels in {folder}"
+            )
+        if images.shape[1:] != (IMAGE_SIZE, IMAGE_SIZE):
+            raise ConfigError(
+                f"{folder / images_file}: images of {images.shape[1]}x{images.shape[2]} pixels; "
+                f"MNIST's are {IMAGE_SIZE}x{IMAGE_SIZE}, which the bag models are built for (give "
+                f"the standard files)"
             )
         bad = np.flatnonzero(labels > 9)
         if bad.size:

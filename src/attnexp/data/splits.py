@@ -11,9 +11,11 @@ Split = dict[str, list]  # {"text": [...], "label": [...]}
 def held_out_sizes(counts: list[int], fraction: float) -> list[int]:
     """How many of each label's `counts` to hold out: `fraction` of the total (rounded half up),
     shared out by largest remainder, so the labels' shares add up to it."""
-    shares = [count * fraction for count in counts]
+    # Rounded to 9 places first: 1 - 0.9 is 0.09999999999999998, and 2005 of it must round as
+    # 2005 * 0.1 does (train_fraction=0.9 keeps what a default run's dev split leaves).
+    shares = [round(count * fraction, 9) for count in counts]
     sizes = [int(share) for share in shares]
-    short = int(sum(counts) * fraction + 0.5) - sum(sizes)
+    short = int(round(sum(counts) * fraction, 9) + 0.5) - sum(sizes)
     by_remainder = sorted(range(len(counts)), key=lambda i: sizes[i] - shares[i])
     for i in by_remainder[:short]:
         sizes[i] += 1

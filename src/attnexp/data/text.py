@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import pyarrow
 from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from attnexp.errors import ConfigError
@@ -254,10 +255,15 @@ def tokenize_dataset(
         ids = encode_texts(tokenizer, batch[text_column], max_len, truncation)
         return {"input_ids": ids, "length": [len(x) for x in ids]}
 
-    kwargs = {}
-    if cache_file is not None:
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        if cache_file.is_file():
-            log.info("token ids from cache %s", cache_file)
-        kwargs = {"cache_file_name": str(cache_file), "load_from_cache_file": True}
+    if cache_file is None:
+        return dataset.map(encode, batched=True, batch_size=1000, desc="tokenize")
+    cache_file.parent.mkdir(parents=True, exist_ok=True)
+    kwargs = {"cache_file_name": str(cache_file), "load_from_cache_file": True}
+    if cache_file.is_file():
+        log.info("token ids from cache %s", cache_file)
+        try:
+            return dataset.map(encode, batched=True, batch_size=1000, desc="tokenize", **kwargs)
+        except (pyarrow.ArrowException, OSError) as err:  # cut short, emptied: a cache miss
+            log.warning("encoding again: the cached token ids %s are broken (%s)", cache_file, err)
+            cache_file.unlink(missing_ok=True)
     return dataset.map(encode, batched=True, batch_size=1000, desc="tokenize", **kwargs)
