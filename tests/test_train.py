@@ -1,5 +1,6 @@
 """The runner end to end: a CLI run, evaluate, resume, seeded determinism and the error messages."""
 
+import gzip
 import importlib.util
 import json
 import os
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -19,7 +21,7 @@ from conftest import CONF_DIR
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from hydra.utils import instantiate
 from imdb_data import train_in_process
-from mnist_data import FILES, write_mnist
+from mnist_data import FILES, idx_bytes, write_mnist
 from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 
@@ -145,10 +147,31 @@ def test_evaluate_writes_its_own_dir_with_the_same_metrics(finished_run):
     assert (run_dir / "metrics.json").read_text() == before  # the run's record is untouched
     assert "test/acc_variable" in result.stdout
     assert "run_metrics_ckpt" not in record  # the run's metrics are of this checkpoint
+    assert record["data_fingerprints"] == run_record["data_fingerprints"]
+    assert set(run_record["data_fingerprints"]) == {"train", "val", "test"}
+    assert not [w for w in record["warnings"] if "differ from the run's" in w]
     result = run_cli(tmp, f"ckpt_path={run_dir}/checkpoints/last.ckpt", module="attnexp.evaluate")
     assert result.returncode == 0, result.stderr[-4000:]
     best = run_record["best_ckpt"]
     assert f"run:        the run's own test of its best checkpoint, {best}" in result.stdout
+
+
+def test_evaluate_says_when_the_data_changed_since_training(tmp_path):
+    """Test labels flipped after training: evaluate showed its accuracy beside the run's as if
+    both were of the same data."""
+    folder = write_mnist(tmp_path / "data", num_train=240, num_test=120)
+    assert run_cli(tmp_path, *TINY, "data.source=local").returncode == 0
+    (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
+    labels = (9 - np.arange(120) % 10).astype(np.uint8)
+    (folder / FILES["test"][1]).write_bytes(gzip.compress(idx_bytes(labels)))
+    result = run_cli(tmp_path, f"ckpt_path={run_dir}", module="attnexp.evaluate")
+    assert result.returncode == 0, result.stderr[-4000:]
+    (eval_dir,) = (tmp_path / "outputs" / "evals").iterdir()
+    warnings = read(eval_dir / "metrics.json")["warnings"]
+    assert (
+        "data: the test data differ from the run's (the data files changed since it trained?)"
+        in (" ".join(warnings))
+    )
 
 
 def test_attention_by_bag_size_reads_the_runs_own_test_bags(finished_run):

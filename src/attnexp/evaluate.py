@@ -61,6 +61,12 @@ def check_same_data(source: str, run_record: dict, run_cfg: DictConfig, override
         )
 
 
+def changed_splits(recorded: dict | None, now: dict[str, str]) -> list[str]:
+    """The splits whose content differs from what the run recorded (none recorded: unknown)."""
+    recorded = recorded if isinstance(recorded, dict) else {}
+    return [name for name in now if name in recorded and recorded[name] != now[name]]
+
+
 def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
     overrides = run_overrides(cfg, cli_overrides)
     run_cfg, choices, run_dir, ckpt = load_run(given_ckpt_path(cfg), overrides, out_dir)
@@ -98,7 +104,24 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
                 run_cfg, choices, artifacts_dir=str(run_dir), before_setup=check_planned_data
             )
         data_dir = resolved_data_dir(run_cfg.paths.data_dir)  # as train records it
-        record.update(data_source=datamodule.source, data_dir=data_dir, choices=choices)
+        record.update(
+            data_source=datamodule.source,
+            data_dir=data_dir,
+            data_fingerprints=datamodule.fingerprints,
+            choices=choices,
+        )
+        changed = changed_splits(run_record.get("data_fingerprints"), datamodule.fingerprints)
+        if changed:
+            record.warn(
+                f"data: the {' and '.join(changed)} data differ from the run's (the data files "
+                f"changed since it trained?): this evaluation and the run's own metrics are of "
+                f"different data"
+                + (
+                    ", and its best checkpoint was picked on other validation data"
+                    if "val" in changed
+                    else ""
+                )
+            )
         check_same_data(datamodule.source, run_record, run_cfg, overrides)
         if datamodule.source == "sample":
             record.warn("data: evaluated on the embedded sample, not the full dataset")

@@ -12,7 +12,7 @@ from torch.nn.modules.batchnorm import _BatchNorm  # BatchNorm1d/2d/3d and SyncB
 from torch.utils.data import DataLoader
 
 from attnexp.data.bags import BagPool, FixedBags, RandomBags, check_rule
-from attnexp.data.base import AttnDataModule
+from attnexp.data.base import AttnDataModule, fingerprint
 from attnexp.data.mnist import IMAGE_SIZE, load_mnist
 from attnexp.data.resumable import ResumableLoader
 from attnexp.errors import ConfigError, require_fraction, require_non_negative, require_positive
@@ -175,6 +175,7 @@ class BagMNISTDataModule(AttnDataModule):
             "val": (images[val], labels[val]),
             "test": splits["test"],
         }
+        self.fingerprints = {name: fingerprint(*split) for name, split in self.splits.items()}
         log.info(
             "MNIST (%s): %d train / %d val / %d test images",
             self.source,

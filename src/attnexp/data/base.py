@@ -1,6 +1,8 @@
 """What every attnexp DataModule offers the runner besides Lightning's hooks."""
 
+import hashlib
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,20 @@ from matplotlib.figure import Figure
 from attnexp.data.sources import planned
 
 log = logging.getLogger(__name__)
+
+
+def fingerprint(*parts: torch.Tensor | Iterable) -> str:
+    """A short content hash of one split (its texts, labels, images): whether two commands saw the
+    same data. Train records one per split; evaluate compares them with its own."""
+    digest = hashlib.blake2b(digest_size=8)
+    for part in parts:
+        if isinstance(part, torch.Tensor):
+            digest.update(part.contiguous().numpy())
+        else:
+            for item in part:
+                digest.update(str(item).encode("utf-8", "surrogatepass") + b"\0")
+        digest.update(b"\1")  # where one part ends: (ab, c) is not (a, bc)
+    return digest.hexdigest()
 
 
 class AttnDataModule(pl.LightningDataModule):
@@ -34,6 +50,8 @@ class AttnDataModule(pl.LightningDataModule):
         # What the DataModule decided for the user (e.g. a test set dropped), said at WARNING;
         # the runner records these in the run's metrics.json.
         self.notes: list[str] = []
+        # `fingerprint` of each split, filled by setup: evaluate tells data changed since training.
+        self.fingerprints: dict[str, str] = {}
 
     def planned_source(self) -> str | None:
         """The source setup will read ("local", "hub" or "sample"), decided without loading

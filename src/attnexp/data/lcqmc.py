@@ -21,7 +21,7 @@ import torch
 from matplotlib.figure import Figure
 from torch.utils.data import DataLoader, Dataset
 
-from attnexp.data.base import AttnDataModule
+from attnexp.data.base import AttnDataModule, fingerprint
 from attnexp.data.batching import bucketed_loader, check_epoch_order, pad_sequences
 from attnexp.data.chinese import PairTokenizer, check_pair_len
 from attnexp.data.sources import resolve
@@ -316,6 +316,7 @@ class LCQMCDataModule(AttnDataModule):
             )
         self.tokenizer = self._build_tokenizer(self.texts["train"])
         self.datasets = {name: self._encode(name, pairs) for name, pairs in self.texts.items()}
+        self.fingerprints = {name: fingerprint(*pairs) for name, pairs in self.texts.items()}
         counts = {name: len(d) for name, d in self.datasets.items()}
         at_limit = {
             name: int((d.lengths >= self.max_seq_len).sum()) for name, d in self.datasets.items()

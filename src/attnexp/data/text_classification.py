@@ -18,7 +18,7 @@ from datasets import Dataset
 from matplotlib.figure import Figure
 from torch.utils.data import DataLoader
 
-from attnexp.data.base import AttnDataModule
+from attnexp.data.base import AttnDataModule, fingerprint
 from attnexp.data.batching import (
     TokenDataset,
     bucketed_loader,
@@ -298,6 +298,7 @@ class TextClassificationDataModule(AttnDataModule):
         if self.tokenizer is None:
             self.tokenizer = self._train_tokenizer(parts["train"]["text"])
         tok_hash = tokenizer_hash(self.tokenizer)
+        self.fingerprints = {n: fingerprint(p["text"], p["label"]) for n, p in parts.items()}
         self.splits = {}
         for name, part in parts.items():
             key = texts_hash(part["text"], tok_hash, self.max_seq_len, self.truncation)
