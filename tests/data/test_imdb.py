@@ -366,6 +366,16 @@ def test_an_empty_parquet_file_is_named(tmp_path, empty):
         make_dm(tmp_path).setup("fit")
 
 
+def test_empty_reviews_are_scored_and_said(tmp_path):
+    """A test split of empty reviews was scored without a word said."""
+    folder = tmp_path / "data" / "imdb"
+    write_parquet(folder, "train", ["good", "bad"] * 10, [1, 0] * 10)
+    write_parquet(folder, "test", ["", " ", "good", "bad"], [1, 0, 1, 0])
+    dm = make_dm(tmp_path, val_fraction=0.1)
+    dm.setup("fit")
+    assert dm.notes == ["2 of the 4 test reviews are empty"]
+
+
 def test_acl_review_not_utf8(tmp_path):
     root = tmp_path / "data" / "imdb" / "aclImdb"
     for split in ("train", "test"):

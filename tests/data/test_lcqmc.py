@@ -327,3 +327,13 @@ def test_pair_files_with_a_bom_crlf_and_a_lone_carriage_return(tmp_path):
     )
     texts_a, texts_b, labels = read_pairs(path)
     assert texts_a == ["你好", "电脑\r坏了"] and texts_b == ["您好", "电脑坏"] and labels == [1, 0]
+
+
+def test_pairs_with_an_empty_side_are_said(tmp_path):
+    folder = write_lcqmc(tmp_path / "data", {"dev": 40, "test": 10})
+    lines = (folder / "test.tsv").read_text(encoding="utf-8").splitlines()
+    lines[0] = "\t" + lines[0].split("\t", 1)[1]  # text_a of the first pair empty
+    (folder / "test.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    dm = make_dm(tmp_path)
+    dm.setup("fit")
+    assert dm.notes == ["1 of the 10 test pairs have an empty side"]

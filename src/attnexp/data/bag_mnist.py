@@ -138,18 +138,14 @@ class BagMNISTDataModule(AttnDataModule):
         too_big = [n for n in self.eval_bag_sizes if n > limit]
         name = type(model).__name__
         if too_big:
-            self._note(f"{name} takes at most {limit} items: skipping test bags of sizes {too_big}")
+            self.note(f"{name} takes at most {limit} items: skipping test bags of sizes {too_big}")
         self.eval_bag_sizes = [n for n in self.eval_bag_sizes if n <= limit]
         if self.eval_variable_max > limit:
-            self._note(
+            self.note(
                 f"{name} takes at most {limit} items: skipping the variable "
                 f"1..{self.eval_variable_max} test set"
             )
             self.eval_variable_max = 0
-
-    def _note(self, message: str) -> None:
-        log.warning(message)
-        self.notes.append(message)
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits is not None:

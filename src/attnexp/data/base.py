@@ -53,6 +53,11 @@ class AttnDataModule(pl.LightningDataModule):
         # `fingerprint` of each split, filled by setup: evaluate tells data changed since training.
         self.fingerprints: dict[str, str] = {}
 
+    def note(self, message: str) -> None:
+        """A decision taken for the user: said at WARNING, and recorded by the runner."""
+        log.warning(message)
+        self.notes.append(message)
+
     def planned_source(self) -> str | None:
         """The source setup will read ("local", "hub" or "sample"), decided without loading
         anything; None when unknown."""

@@ -317,6 +317,12 @@ class LCQMCDataModule(AttnDataModule):
         self.tokenizer = self._build_tokenizer(self.texts["train"])
         self.datasets = {name: self._encode(name, pairs) for name, pairs in self.texts.items()}
         self.fingerprints = {name: fingerprint(*pairs) for name, pairs in self.texts.items()}
+        for name, (texts_a, texts_b, _) in self.texts.items():
+            empty = sum(
+                not a.strip() or not b.strip() for a, b in zip(texts_a, texts_b, strict=True)
+            )
+            if empty:  # matched as they are, but said
+                self.note(f"{empty} of the {len(texts_a)} {name} pairs have an empty side")
         counts = {name: len(d) for name, d in self.datasets.items()}
         at_limit = {
             name: int((d.lengths >= self.max_seq_len).sum()) for name, d in self.datasets.items()

@@ -299,6 +299,10 @@ class TextClassificationDataModule(AttnDataModule):
             self.tokenizer = self._train_tokenizer(parts["train"]["text"])
         tok_hash = tokenizer_hash(self.tokenizer)
         self.fingerprints = {n: fingerprint(p["text"], p["label"]) for n, p in parts.items()}
+        for name, part in parts.items():
+            empty = sum(not text.strip() for text in part["text"])
+            if empty:  # scored as they are (no words: the model sees padding only), but said
+                self.note(f"{empty} of the {len(part['text'])} {name} {self.noun} are empty")
         self.splits = {}
         for name, part in parts.items():
             key = texts_hash(part["text"], tok_hash, self.max_seq_len, self.truncation)
