@@ -312,15 +312,21 @@ def test_repeated_seed_counts_once_the_latest(tmp_path):
     assert rows["a_seed0"]["repeat_of"] == "b_seed0_rerun" and rows["c_seed1"]["repeat_of"] == ""
 
 
-def test_repeated_seed_counts_once_in_the_bag_size_plot(tmp_path):
+def test_repeated_seed_counts_once_in_the_bag_size_and_val_plots(tmp_path):
     for name, seed, acc, started in (
         ("a_seed0", 0, 0.9, "2026-01-02T00:00:00"),
         ("b_seed0_rerun", 0, 0.7, "2026-01-03T00:00:00"),
         ("c_seed1", 1, 0.8, "2026-01-01T00:00:00"),
     ):
-        write_run(tmp_path, name, seed=seed, metrics=bag_metrics(acc), started_at=started)
-    (curve_,) = report.bag_size_curves(records.find_runs(tmp_path)).values()
+        write_run(
+            tmp_path, name, seed=seed, metrics=bag_metrics(acc), started_at=started,
+            history=curve(acc),
+        )  # fmt: skip
+    runs = records.find_runs(tmp_path)
+    (curve_,) = report.bag_size_curves(runs).values()
     assert curve_[1] == pytest.approx([0.72, 0.82])  # b and c; a repeats b's seed
+    (lines,) = report.val_curves(runs).values()  # the curves too (the legend said n=3)
+    assert len(lines) == 2
 
 
 def test_a_failed_seed_run_again_counts_once(tmp_path):
@@ -458,3 +464,65 @@ def test_the_machines_the_runs_ran_on_are_named(tmp_path):
     assert rows["c"]["commit"] == "abc" and rows["d"]["machine"] == "not recorded"
     # machines are not variants: the four seeds are averaged together
     assert "| all runs | 0,1,2,3 | 4/4 | 0.7500 ± 0.1291 |" in text
+
+
+def test_runs_of_other_configs_are_never_averaged_nor_counted_as_repeats(tmp_path):
+    """The lr changed in the yaml between two pairs of runs with the same command: the report
+    averaged all four as one variant (and with the same seeds, dropped two as repeats)."""
+    for seed, lr, acc in ((0, 0.001, 0.9), (1, 0.001, 0.92), (0, 0.5, 0.5), (1, 0.5, 0.52)):
+        config = {"seed": seed, "optimizer": {"lr": lr}, "paths": {"log_dir": f"/x/{seed}"}}
+        write_run(tmp_path, f"lr{lr}_s{seed}", seed=seed, metrics=bag_metrics(acc), config=config)
+    runs = records.find_runs(tmp_path)
+    assert {r.variant_label for r in runs} == {"optimizer.lr=0.001", "optimizer.lr=0.5"}
+    assert not any(r.repeat_of for r in runs)  # paths and seed never split a variant
+
+
+def test_runs_on_changed_data_files_are_never_averaged(tmp_path):
+    for seed, digest in ((0, "1111aaaa1111aaaa"), (1, "1111aaaa1111aaaa"), (2, "2222bbbb2222bbbb")):
+        write_run(
+            tmp_path,
+            f"s{seed}",
+            seed=seed,
+            metrics=bag_metrics(0.9),
+            data_source="local",
+            data_dir="/data",
+            data_hash=digest,
+        )
+    write_run(
+        tmp_path, "old", seed=3, metrics=bag_metrics(0.9), data_source="local", data_dir="/data"
+    )
+    labels = {r.name: r.variant_label for r in records.find_runs(tmp_path)}
+    assert labels["s0"] == labels["s1"] == "data_hash=1111aaaa"
+    assert labels["s2"] == "data_hash=2222bbbb"
+    assert labels["old"] == "data_hash=-"  # recorded before the hash: not taken for either
+
+
+def test_variants_that_ran_one_config_are_said(tmp_path):
+    """experiment=bag_table scorer=dot: every row ran the dot scorer under its own name."""
+    config = {"model": {"hidden_size": 8}, "scorer": {"_target_": "dot"}}
+    for row in ("dot", "bilinear"):
+        for seed in (0, 1):
+            write_run(
+                tmp_path,
+                f"{row}_s{seed}",
+                seed=seed,
+                overrides=[f"+experiment/bag={row}", f"seed={seed}"],
+                metrics=bag_metrics(0.9),
+                config=config,
+            )
+    text = report.write_report(tmp_path)["markdown"].read_text()
+    assert "**One config under 2 names:** bag=bilinear, bag=dot ran one and the same" in text
+
+
+def test_an_unreadable_record_does_not_make_every_setting_a_column(sweep):
+    (sweep / "9_broken").mkdir()
+    (sweep / "9_broken" / "metrics.json").write_text("{")
+    runs = records.find_runs(sweep)
+    assert {tuple(r.variant) for r in runs} == {("scorer",)}
+
+
+def test_more_than_ten_variants_keep_distinct_lines():
+    from attnexp.viz.report import variant_style
+
+    styles = [tuple(variant_style(i).values()) for i in range(40)]
+    assert len(set(styles)) == 40  # colours repeat after 10, with another line style

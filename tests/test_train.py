@@ -148,6 +148,7 @@ def test_evaluate_writes_its_own_dir_with_the_same_metrics(finished_run):
     assert "test/acc_variable" in result.stdout
     assert "run_metrics_ckpt" not in record  # the run's metrics are of this checkpoint
     assert record["data_fingerprints"] == run_record["data_fingerprints"]
+    assert len(run_record["data_hash"]) == 16  # the data as read: the report's data_hash
     assert set(run_record["data_fingerprints"]) == {"train", "val", "test"}
     assert not [w for w in record["warnings"] if "differ from the run's" in w]
     result = run_cli(tmp, f"ckpt_path={run_dir}/checkpoints/last.ckpt", module="attnexp.evaluate")

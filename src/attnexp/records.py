@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 
 NOT_VARIANT = ("seed", "resume", "paths.", "hydra.", "trainer.enable_progress_bar")
 DATA_KEY = "data_source"  # the data a run saw: sample | hub | local:<data dir>
+DATA_HASH_KEY = "data_hash"  # a content hash of the data files it read (train records it)
+UNREADABLE = "unreadable"  # the status of a metrics.json that is not a run record
 EVALUATE = "evaluate"  # metrics.json "kind" of an evaluation record
 KILLED = "killed"  # a record left `running` by a process that is gone
 _ABSENT = object()
@@ -149,11 +151,11 @@ def load_run(path: Path, root: Path) -> Run:
         record = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as err:
         log.warning("cannot read %s: %s", path, err)
-        return Run(path.parent, name, "unreadable", None, {}, {}, error=str(err))
+        return Run(path.parent, name, UNREADABLE, None, {}, {}, error=str(err))
     error = record_problem(record)
     if error is not None:  # valid JSON, but not a run record (edited by hand, another tool's)
         log.warning("cannot read %s: %s", path, error)
-        return Run(path.parent, name, "unreadable", None, {}, {}, error=error)
+        return Run(path.parent, name, UNREADABLE, None, {}, {}, error=error)
     status = record.get("status", "unknown")
     if status == "running" and writer_alive(record) is False:  # it never got to write `failed`
         status = KILLED
@@ -174,6 +176,8 @@ def load_run(path: Path, root: Path) -> Run:
             settings[_override_key(key)] = _text(value)
     if record.get("data_source") is not None:
         settings[DATA_KEY] = _data_label(record, settings, config)
+    if isinstance(record.get(DATA_HASH_KEY), str):
+        settings[DATA_HASH_KEY] = record[DATA_HASH_KEY][:8]
     return Run(
         path=path.parent,
         name=name,
@@ -210,11 +214,74 @@ def find_records(root: Path) -> tuple[list[Run], list[Run]]:
             value = config_value(run.config, key)
             if value is not None:
                 run.settings[key] = value
-    varied = varied_keys(runs)
-    for run in runs:
-        run.variant = {k: run.settings.get(k, "-") for k in varied}
+    _assign_variants(runs)
+    # Settings that differ only inside the composed configs (a yaml default changed between
+    # commits, say) split variants too: never average or count as repeats runs of other configs.
+    hidden = config_differences(runs)
+    if hidden:
+        log.warning("runs differ in settings no override names: %s", ", ".join(hidden))
+        for run in runs:
+            leaves = config_leaves(run.config)
+            run.settings.update({k: leaves[k] for k in hidden if k in leaves})
+        _assign_variants(runs)
     mark_repeats(runs)
     return runs, [run for run in records if run.kind == EVALUATE]
+
+
+def _assign_variants(runs: list[Run]) -> None:
+    # an unreadable record has no settings: it must not make every key look varied
+    varied = varied_keys([run for run in runs if run.status != UNREADABLE])
+    for run in runs:
+        run.variant = {k: run.settings.get(k, "-") for k in varied}
+
+
+def config_leaves(config: DictConfig | None) -> dict[str, str]:
+    """A composed config as {dotted key: value as typed}, without the keys that never tell
+    variants apart (seed, paths, ...); {} without a config."""
+    if config is None:
+        return {}
+    leaves: dict[str, str] = {}
+
+    def walk(node: object, prefix: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}.")
+        elif not prefix.startswith(NOT_VARIANT):
+            leaves[prefix[:-1]] = _text(node)
+
+    walk(OmegaConf.to_container(config, resolve=False), "")
+    return leaves
+
+
+def config_differences(runs: list[Run]) -> list[str]:
+    """Config keys whose values differ between runs of one variant."""
+    by_variant: dict[str, list[dict[str, str]]] = {}
+    for run in runs:
+        if run.config is not None:
+            by_variant.setdefault(run.variant_label, []).append(config_leaves(run.config))
+    differ = set()
+    for leaves in by_variant.values():
+        for key in set().union(*leaves):
+            if len({one.get(key) for one in leaves}) > 1:
+                differ.add(key)
+    return sorted(differ)
+
+
+def same_config_variants(runs: list[Run]) -> list[list[str]]:
+    """Groups of variants that ran one and the same config on the same data (a command-line
+    setting overrode what was to set them apart): their rows are one experiment, not several."""
+    signatures: dict[str, set] = {}
+    for run in runs:
+        if run.config is None or run.status == UNREADABLE:
+            continue
+        leaves = tuple(sorted(config_leaves(run.config).items()))
+        data = (run.settings.get(DATA_KEY), run.settings.get(DATA_HASH_KEY))
+        signatures.setdefault(run.variant_label, set()).add((leaves, data))
+    by_signature: dict[tuple, list[str]] = {}
+    for label, found in signatures.items():
+        if len(found) == 1:
+            by_signature.setdefault(next(iter(found)), []).append(label)
+    return [labels for labels in by_signature.values() if len(labels) > 1]
 
 
 def mark_repeats(runs: list[Run]) -> None:
@@ -255,9 +322,12 @@ def _record_files(root: Path) -> list[Path]:
 def varied_keys(runs: list[Run]) -> list[str]:
     """Settings whose value differs between runs (seeds aside): what tells variants apart."""
     keys = sorted({k for run in runs for k in run.settings if not k.startswith(NOT_VARIANT)})
-    # A run that failed before loading its data has no data_source: unknown, not other data.
+    # A run that failed before loading its data has no data_source (and older records no data
+    # hash): unknown, not other data.
+    unknown_if_absent = (DATA_KEY, DATA_HASH_KEY)
     return [
         k
         for k in keys
-        if len({run.settings.get(k) for run in runs if k != DATA_KEY or k in run.settings}) > 1
+        if len({r.settings.get(k) for r in runs if k not in unknown_if_absent or k in r.settings})
+        > 1
     ]

@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 from attnexp.files import not_a_folder
-from attnexp.records import DATA_KEY, Run, find_records, varied_keys
+from attnexp.records import DATA_KEY, Run, find_records, same_config_variants, varied_keys
 from attnexp.runs import METRICS_FILE, natural_key
 
 log = logging.getLogger(__name__)
@@ -197,9 +197,12 @@ def bag_size_curves(runs: list[Run]) -> dict[str, dict[int, list[float]]]:
 def val_curves(
     runs: list[Run], metric: str = "val/acc"
 ) -> dict[str, list[list[tuple[int, float]]]]:
-    """variant -> one (epoch, value) list per run (running runs too: their epochs so far)."""
+    """variant -> one (epoch, value) list per run (running runs too: their epochs so far); a
+    repeated seed is drawn once, as the tables count it."""
     curves: dict[str, list[list[tuple[int, float]]]] = {}
     for run in runs:
+        if run.repeat_of:
+            continue
         points = [(int(h["epoch"]), float(h[metric])) for h in run.history if metric in h]
         if points:
             curves.setdefault(run.variant_label, []).append(points)
@@ -273,6 +276,13 @@ def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
         log.warning("the runs saw different data (%s): not averaged together", sources)
         parts.append(
             f"The runs saw different data ({DATA_KEY}: {sources}), never averaged together."
+        )
+    for labels in same_config_variants(runs):
+        log.warning("variants %s ran one and the same config", " / ".join(labels))
+        parts.append(
+            f"**One config under {len(labels)} names:** {', '.join(labels)} ran one and the same "
+            f"composed config on the same data (a command-line setting overrode what was to set "
+            f"them apart), so their rows are one experiment, not {len(labels)}."
         )
     parts += [
         "",

@@ -95,6 +95,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     datamodule, task = build(cfg, choices, overrides=overrides)
     record.update(
         data_source=datamodule.source,
+        data_hash=datamodule.data_hash,
         data_fingerprints=datamodule.fingerprints,
         data_dir=resolved_data_dir(cfg.paths.data_dir),
         choices={k: v for k, v in choices.items() if not k.startswith("hydra")},

@@ -12,7 +12,7 @@ from torch.nn.modules.batchnorm import _BatchNorm  # BatchNorm1d/2d/3d and SyncB
 from torch.utils.data import DataLoader
 
 from attnexp.data.bags import BagPool, FixedBags, RandomBags, check_rule
-from attnexp.data.base import AttnDataModule, fingerprint
+from attnexp.data.base import AttnDataModule, data_hash, fingerprint
 from attnexp.data.mnist import IMAGE_SIZE, load_mnist
 from attnexp.data.resumable import ResumableLoader
 from attnexp.errors import ConfigError, require_fraction, require_non_negative, require_positive
@@ -151,6 +151,7 @@ class BagMNISTDataModule(AttnDataModule):
         if self.splits is not None:
             return
         splits, self.source = load_mnist(self.data_dir, self.source_request)
+        self.data_hash = data_hash(splits)
         images, labels = splits["train"]
         num_val = int(len(images) * self.val_fraction)
         if not 0 < num_val < len(images):

@@ -15,6 +15,16 @@ from attnexp.data.sources import planned
 log = logging.getLogger(__name__)
 
 
+def data_hash(raw: dict[str, Any]) -> str:
+    """The `fingerprint` of a dataset as read: each split a tuple of parts or a dict of columns."""
+    parts = []
+    for name in sorted(raw):
+        split = raw[name]
+        columns = split.values() if isinstance(split, dict) else split
+        parts.append(f"{name}:{fingerprint(*columns)}")
+    return fingerprint(parts)
+
+
 def fingerprint(*parts: torch.Tensor | Iterable) -> str:
     """A short content hash of one split (its texts, labels, images): whether two commands saw the
     same data. Train records one per split; evaluate compares them with its own."""
@@ -52,6 +62,9 @@ class AttnDataModule(pl.LightningDataModule):
         self.notes: list[str] = []
         # `fingerprint` of each split, filled by setup: evaluate tells data changed since training.
         self.fingerprints: dict[str, str] = {}
+        # `data_hash` of the data as read, before any split is carved: the report tells runs on
+        # changed data files apart by it.
+        self.data_hash: str | None = None
 
     def note(self, message: str) -> None:
         """A decision taken for the user: said at WARNING, and recorded by the runner."""

@@ -21,7 +21,7 @@ import torch
 from matplotlib.figure import Figure
 from torch.utils.data import DataLoader, Dataset
 
-from attnexp.data.base import AttnDataModule, fingerprint
+from attnexp.data.base import AttnDataModule, data_hash, fingerprint
 from attnexp.data.batching import bucketed_loader, check_epoch_order, pad_sequences
 from attnexp.data.chinese import PairTokenizer, check_pair_len
 from attnexp.data.sources import resolve
@@ -306,7 +306,9 @@ class LCQMCDataModule(AttnDataModule):
             return
         if self.datasets is not None:
             return
-        self.texts = self._splits(self._load_raw())
+        raw = self._load_raw()
+        self.data_hash = data_hash(raw)
+        self.texts = self._splits(raw)
         classes = sorted(set(self.texts["train"][2]))
         if len(classes) < 2:  # it would train without an error and learn one answer
             raise ConfigError(

@@ -18,7 +18,7 @@ from datasets import Dataset
 from matplotlib.figure import Figure
 from torch.utils.data import DataLoader
 
-from attnexp.data.base import AttnDataModule, fingerprint
+from attnexp.data.base import AttnDataModule, data_hash, fingerprint
 from attnexp.data.batching import (
     TokenDataset,
     bucketed_loader,
@@ -292,6 +292,7 @@ class TextClassificationDataModule(AttnDataModule):
             self.load_hub if self.has_hub else None,
             self.load_sample if self.has_sample else None,
         )
+        self.data_hash = data_hash(raw)
         parts = self.split_parts(raw)
         parts["train"] = self.thin_training(parts["train"])
         self.check_training_split(parts["train"])

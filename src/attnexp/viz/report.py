@@ -7,6 +7,12 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 COLORS = [f"C{i}" for i in range(10)]
+LINESTYLES = ["-", "--", ":", "-."]  # beyond 10 variants, colours repeat with another line style
+
+
+def variant_style(i: int) -> dict[str, str]:
+    """The colour and line style of the i-th variant: distinct for the first 40."""
+    return {"color": COLORS[i % len(COLORS)], "linestyle": LINESTYLES[i // len(COLORS) % 4]}
 
 
 def plot_val_curves(
@@ -18,13 +24,13 @@ def plot_val_curves(
     fig = Figure(figsize=(7, 4.5), layout="constrained")
     ax = fig.add_subplot()
     for i, (label, runs) in enumerate(curves.items()):
-        color = COLORS[i % len(COLORS)]
+        style = variant_style(i)
         for j, points in enumerate(runs):
             epochs, values = zip(*sorted(points), strict=True)
             ax.plot(
                 epochs,
                 values,
-                color=color,
+                **style,
                 marker="o",
                 markersize=3,
                 alpha=0.85,
@@ -51,7 +57,7 @@ def plot_bag_sizes(curves: dict[str, dict[int, list[float]]], path: Path) -> Pat
             sizes,
             means,
             yerr=stds,
-            color=COLORS[i % len(COLORS)],
+            **variant_style(i),
             marker="o",
             markersize=3,
             capsize=2,
