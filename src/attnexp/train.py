@@ -36,9 +36,7 @@ from attnexp.runs import (
     override_arg,
 )
 from attnexp.sweeps import check_strategy
-from attnexp.tasks.callbacks import (
-    best_checkpoint_callback,
-)
+from attnexp.tasks.callbacks import best_checkpoint_callback
 from attnexp.trainer import check_settings, device_name, make_trainer, monitor_refusal
 
 log = logging.getLogger(__name__)
