@@ -202,6 +202,11 @@ def test_raw_inputs_for_predict(tmp_path, monkeypatch):
     assert any("truncated to data.max_seq_len=12" in n for n in notes) and any(
         "[UNK]" in n for n in notes
     )
+    # unknown words in the part cut off are not read: not counted (they were, as 2 of 22)
+    notes = dm.raw_notes({"text_a": "电脑" * 10 + "火星", "text_b": "录像"})
+    assert len(notes) == 1 and "truncated to data.max_seq_len=12" in notes[0]
+    notes = dm.raw_notes({"text_a": "电脑", "text_b": "火星"})
+    assert notes == ["2 of the 4 tokens read are not in the training vocabulary ([UNK])"]
     batch = dm.encode_raw(
         [{"text_a": "电脑" * 10, "text_b": "录像"}, {"text_a": "电", "text_b": "脑"}]
     )

@@ -120,3 +120,15 @@ def test_a_broken_token_id_cache_is_encoded_again(tmp_path, damage, caplog):
     assert list(again["input_ids"]) == first
     assert "encoding again: the cached token ids" in caplog.text
     assert list(tokenize_dataset(data, tokenizer, 8, cache)["input_ids"]) == first
+
+
+def test_a_typed_pad_token_reads_as_unknown_never_as_padding():
+    """With lowercase=false and a whitespace split the word "[PAD]" matched the vocabulary's
+    [PAD]: id 0 at a real position, drawn with weight in the heatmaps."""
+    tokenizer = train_word_tokenizer(
+        ["a b c great film x"] * 3, 100, 1, lowercase=False, split="whitespace"
+    )
+    great, film = tokenizer.token_to_id("great"), tokenizer.token_to_id("film")
+    assert encode_texts(tokenizer, ["great [PAD] [UNK] film"], 10) == [
+        [great, UNK_ID, UNK_ID, film]
+    ]

@@ -423,10 +423,16 @@ class LCQMCDataModule(AttnDataModule):
                 f"{total} tokens with [CLS]/[SEP]: truncated to data.max_seq_len={self.max_seq_len} "
                 f"(the longer text loses its tail first)"
             )
-        unknown = [t for t in tokens[0] + tokens[1] if t == "[UNK]"]
+        # counted in what the model reads: after truncation, as IMDB's notes count
+        (ids,), _ = tokenizer.encode_pairs(
+            [example["text_a"]], [example["text_b"]], self.max_seq_len
+        )
+        read = tokenizer.ids_to_tokens(ids)
+        unknown = sum(token == "[UNK]" for token in read)
         if unknown:
             notes.append(
-                f"{len(unknown)} of {total - 3} tokens are not in the training vocabulary ([UNK])"
+                f"{unknown} of the {len(read) - 3} tokens read are not in the training vocabulary "
+                f"([UNK])"
             )
         return notes
 

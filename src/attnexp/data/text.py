@@ -230,9 +230,13 @@ def truncate(ids: list[int], max_len: int, truncation: str = "head") -> list[int
 def encode_texts(
     tokenizer: Tokenizer, texts: Sequence[str], max_len: int, truncation: str = "head"
 ) -> list[list[int]]:
-    """Token ids of each text, cut to `max_len` tokens (see `truncate`; an empty text gives [])."""
+    """Token ids of each text, cut to `max_len` tokens (see `truncate`; an empty text gives []).
+
+    A word that is the padding token's name ("[PAD]" typed in a text, kept whole by
+    `lowercase=false word_split=whitespace`) reads as [UNK]: the padding id marks no word.
+    """
     return [
-        truncate(enc.ids, max_len, truncation)
+        truncate([UNK_ID if i == PAD_ID else i for i in enc.ids], max_len, truncation)
         for enc in tokenizer.encode_batch(list(texts), add_special_tokens=False)
     ]
 

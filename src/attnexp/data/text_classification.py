@@ -11,6 +11,7 @@ A split is `{"text": [str, ...], "label": [int, ...]}`; labels are indices into 
 """
 
 import logging
+import sys
 from pathlib import Path
 
 import torch
@@ -56,6 +57,9 @@ from attnexp.errors import (
 from attnexp.files import not_a_folder
 
 SPLITS = ("train", "test")  # what the loaders return; validation is carved out of one of them
+# In the token-id cache key: how texts become ids beyond the tokenizer (a typed "[PAD]" reads as
+# [UNK] since 2026-11-23), so ids cached under an earlier rule are not reused.
+ENCODING = "pad-as-unk"
 
 
 class TextClassificationDataModule(AttnDataModule):
@@ -306,7 +310,7 @@ class TextClassificationDataModule(AttnDataModule):
                 self.note(f"{empty} of the {len(part['text'])} {name} {self.noun} are empty")
         self.splits = {}
         for name, part in parts.items():
-            key = texts_hash(part["text"], tok_hash, self.max_seq_len, self.truncation)
+            key = texts_hash(part["text"], tok_hash, self.max_seq_len, self.truncation, ENCODING)
             cache = self.cache_dir / self.data_subdir / f"{name}-{key}.arrow"
             encoded = tokenize_dataset(
                 Dataset.from_dict(part),
@@ -422,7 +426,7 @@ class TextClassificationDataModule(AttnDataModule):
         return None
 
     def raw_notes(self, example: dict[str, str]) -> list[str]:
-        ids = self.tokenizer.encode(example["text"], add_special_tokens=False).ids
+        (ids,) = encode_texts(self.tokenizer, [example["text"]], sys.maxsize)  # as the model reads
         notes = []
         if len(ids) > self.max_seq_len:
             which = "first" if self.truncation == "head" else "first and last"
