@@ -10,6 +10,14 @@ from pathlib import Path
 TORCH_LOAD_ERRORS = (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError)
 
 
+def checkpoint_value(path: Path | str, key: str):
+    """One top-level entry of a Lightning checkpoint ("epoch", "global_step", ...), memory-mapped:
+    reads little of a large file. Raises one of TORCH_LOAD_ERRORS for a broken file."""
+    import torch  # not at import: this module also serves the light commands
+
+    return torch.load(path, map_location="cpu", weights_only=False, mmap=True)[key]
+
+
 def write_atomically(path: Path, write: Callable[[Path], object]) -> Path:
     """`write(partial)` fills a file beside `path`, which then replaces `path` in one step: a
     reader (a parallel sweep job, a DDP rank, a report) never sees half a file, and a process

@@ -18,13 +18,12 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
-import torch
 import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from attnexp.errors import ConfigError, exit_with
-from attnexp.files import TORCH_LOAD_ERRORS, not_a_folder
+from attnexp.files import TORCH_LOAD_ERRORS, checkpoint_value, not_a_folder
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +197,7 @@ def check_resume_epochs(resume: str, max_epochs: object) -> None:
         return
     last = Path(resume).expanduser().resolve() / LAST_CKPT
     try:
-        epoch = torch.load(last, map_location="cpu", weights_only=False, mmap=True)["epoch"]
+        epoch = checkpoint_value(last, "epoch")
     except (*TORCH_LOAD_ERRORS, TypeError):
         return  # train says what is wrong with it, before it trains
     if epoch > max_epochs:

@@ -17,7 +17,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from attnexp.errors import ConfigError, exit_with
+from attnexp.errors import ConfigError
 from attnexp.runs import (
     METRICS_FILE,
     NO_RESUME,
@@ -146,11 +146,9 @@ def check_launcher(config: DictConfig) -> None:
     on anything but a whole number, after the sweep dir is made."""
     n_jobs = OmegaConf.select(config, "hydra.launcher.n_jobs", default=None)
     if n_jobs is not None and (type(n_jobs) is not int or n_jobs == 0):
-        exit_with(
-            ConfigError(
-                f"hydra.launcher.n_jobs={n_jobs} must be a whole number of parallel jobs other "
-                f"than 0 (-1: one per core; set hydra.launcher.n_jobs=2, ...)"
-            )
+        raise ConfigError(
+            f"hydra.launcher.n_jobs={n_jobs} must be a whole number of parallel jobs other than 0 "
+            f"(-1: one per core; set hydra.launcher.n_jobs=2, ...)"
         )
 
 
@@ -161,13 +159,10 @@ def check_no_resume(config: DictConfig) -> None:
     given = [o.split("=", 1)[1] for o in lines if override_key(o) == RESUME_KEY and "=" in o]
     values = [v for v in (*given, config.get(RESUME_KEY)) if v not in NO_RESUME]
     if values:
-        exit_with(
-            ConfigError(
-                f"{RESUME_KEY}={values[0]}: a multirun (-m) runs every job in a new dir of the "
-                f"sweep, so no job would continue a run (each would train from scratch); resume "
-                f"a run on its own, without -m: python -m attnexp <its overrides> "
-                f"\"{RESUME_KEY}='<run dir>'\""
-            )
+        raise ConfigError(
+            f"{RESUME_KEY}={values[0]}: a multirun (-m) runs every job in a new dir of the sweep, "
+            f"so no job would continue a run (each would train from scratch); resume a run on its "
+            f"own, without -m: python -m attnexp <its overrides> \"{RESUME_KEY}='<run dir>'\""
         )
 
 

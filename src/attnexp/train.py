@@ -25,7 +25,7 @@ from pytorch_lightning.utilities.exceptions import MisconfigurationException, SI
 from attnexp.build import build, check_data_dir, resolved_data_dir
 from attnexp.config import register_resolvers
 from attnexp.errors import ConfigError, exit_with
-from attnexp.files import TORCH_LOAD_ERRORS
+from attnexp.files import TORCH_LOAD_ERRORS, checkpoint_value
 from attnexp.overrides import unknown_keys
 from attnexp.run_record import RunRecord
 from attnexp.runs import (
@@ -147,7 +147,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
 
 def checkpoint_step(path: str | Path) -> int:
     """The global step a Lightning checkpoint was saved at (memory-mapped: reads little)."""
-    return int(torch.load(path, map_location="cpu", weights_only=False, mmap=True)["global_step"])
+    return int(checkpoint_value(path, "global_step"))
 
 
 def resume_step_of(ckpt: Path, resume: str) -> int:
