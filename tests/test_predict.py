@@ -312,3 +312,15 @@ def test_pair_file_blank_lines_figures_and_html(pair_run_dir, capsys, tmp_path, 
         "predictions.jsonl",
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "pairs.txt"]  # no None.png
+
+
+def test_a_longer_max_seq_len_than_trained_is_said(pair_run_dir, capsys, tmp_path, caplog):
+    """Sinusoidal positions load at any length, so this ran silently on untrained positions."""
+    args = [f"ckpt_path={pair_run_dir}", "text_a=电脑怎么录像", "text_b=如何录视频"]
+    rc, _, _ = predict(capsys, *args, f"out_dir={tmp_path / 'same'}")
+    assert rc == 0 and "never saw" not in caplog.text
+    longer = 'overrides=["data.max_seq_len=64"]'
+    rc, _, _ = predict(capsys, *args, longer, f"out_dir={tmp_path / 'longer'}")
+    assert rc == 0
+    assert "data.max_seq_len=64 is above the 16 the run was trained with" in caplog.text
+    assert "positions the model never saw in training" in caplog.text

@@ -207,7 +207,9 @@ def load_run_config(
     cfg = read_run_yaml(run_dir / CONFIG_FILE, OmegaConf.load)
     OmegaConf.update(cfg, "paths.output_dir", str(output_dir or run_dir), force_add=True)
     check_no_group_override(list(overrides), load_choices(run_dir))
+    trained_len = OmegaConf.select(cfg, "data.max_seq_len")
     cfg = apply_overrides(cfg, list(overrides))
+    warn_longer_than_trained(trained_len, OmegaConf.select(cfg, "data.max_seq_len"))
     for line in overrides:
         if override_key(line) in SEED_KEYS:
             key = override_key(line)
@@ -217,6 +219,20 @@ def load_run_config(
                 raise ConfigError(f"override {line}: {err}") from None
     OmegaConf.set_struct(cfg, True)
     return cfg
+
+
+def warn_longer_than_trained(trained: int | None, given: int | None) -> None:
+    """A longer data.max_seq_len loads (sinusoidal positions and the LSTM take any length), but the
+    model never saw those positions: say so, since its answers there are extrapolation."""
+    if isinstance(trained, int) and isinstance(given, int) and given > trained:
+        log.warning(
+            "data.max_seq_len=%d is above the %d the run was trained with: tokens past position "
+            "%d are positions the model never saw in training, so its outputs on longer texts "
+            "are extrapolation",
+            given,
+            trained,
+            trained,
+        )
 
 
 def check_no_group_override(overrides: list[str], choices: dict[str, str | None]) -> None:

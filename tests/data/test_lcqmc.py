@@ -72,6 +72,11 @@ def test_typed_special_tokens_are_plain_text(tmp_path):
     again = PairTokenizer.load(tmp_path / "tokenizer.json")
     assert again.encode_pairs(["电[SEP][CLS]"], ["脑[PAD][UNK]"], 32)[0] == ids
     assert again.fingerprint() == tok.fingerprint()  # encoding caches keep their keys
+    # ...and a cache made before the rule (typed "[SEP]" read as the special id) is not reused:
+    # `to_str()` is the same either way, so the fingerprint names the rule itself
+    again.tokenizer.encode_special_tokens = False
+    assert again.tokenizer.to_str() == tok.tokenizer.to_str()
+    assert again.fingerprint() != tok.fingerprint()
 
 
 def test_non_utf8_file_names_file_and_encoding(tmp_path):
@@ -106,6 +111,7 @@ def test_reduced_protocol_split_is_fixed(tmp_path):
         "num_classes": 2,
         "vocab_size": dm.tokenizer.vocab_size,
         "pad_id": 0,
+        "unk_id": 1,
         "max_seq_len": 128,
     }
 

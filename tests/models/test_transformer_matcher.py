@@ -49,6 +49,26 @@ def test_exact_match_feature():
     assert exact_match(ids, segments, mask).int().tolist() == expected
 
 
+def test_exact_match_never_matches_unknown_tokens():
+    """Two different unseen characters both read as [UNK]: that is no evidence of a match."""
+    ids, segments, mask = pair_batch()
+    ids[0, 1] = ids[0, 4] = 1  # an [UNK] in each sentence of pair 0
+    assert exact_match(ids, segments, mask)[0, [1, 4]].tolist() == [True, True]
+    assert exact_match(ids, segments, mask, unk_id=1)[0, [1, 4]].tolist() == [False, False]
+    assert exact_match(ids, segments, mask, unk_id=1)[0, 3]  # [SEP] still matches
+
+
+def test_matcher_passes_unk_id_to_the_match_feature():
+    torch.manual_seed(0)
+    model = TransformerMatcher(**SMALL, match_embedding=True, unk_id=1).eval()
+    ids_blind = TransformerMatcher(**SMALL, match_embedding=True).eval()
+    ids_blind.load_state_dict(model.state_dict())
+    ids, segments, mask = pair_batch()
+    assert torch.equal(model(ids, segments, mask), ids_blind(ids, segments, mask))  # no [UNK]
+    ids[0, 1], ids[0, 4] = 1, 1  # an [UNK] in each sentence of pair 0
+    assert not torch.equal(model(ids, segments, mask)[0], ids_blind(ids, segments, mask)[0])
+
+
 def test_custom_and_torch_have_the_same_parameter_count():
     counts = [
         sum(p.numel() for p in TransformerMatcher(**SMALL, impl=impl).parameters())

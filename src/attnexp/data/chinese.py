@@ -117,9 +117,15 @@ class PairTokenizer:
     def pad_id(self) -> int:
         return self.tokenizer.token_to_id(PAD)
 
+    @property
+    def unk_id(self) -> int:
+        return self.tokenizer.token_to_id(UNK)
+
     def fingerprint(self) -> str:
-        """Identifies the vocabulary and rules (for the encoding cache key)."""
-        return self.tokenizer.to_str()
+        """Identifies the vocabulary and rules (for the encoding cache key). `to_str()` leaves out
+        whether typed special tokens are plain text, so that rule is named here."""
+        rule = f"special-tokens-as-text={self.tokenizer.encode_special_tokens}"
+        return f"{rule}\n{self.tokenizer.to_str()}"
 
     def tokenize(self, text: str) -> list[str]:
         return self.tokenizer.encode(text, add_special_tokens=False).tokens

@@ -356,6 +356,7 @@ class LCQMCDataModule(AttnDataModule):
             "num_classes": 2,
             "vocab_size": tokenizer.vocab_size,
             "pad_id": tokenizer.pad_id,
+            "unk_id": tokenizer.unk_id,
             "max_seq_len": self.max_seq_len,
         }
 

@@ -16,20 +16,27 @@ IMPLS = ("custom", "torch")
 
 
 def exact_match(
-    input_ids: torch.Tensor, segment_ids: torch.Tensor, mask: torch.Tensor
+    input_ids: torch.Tensor,
+    segment_ids: torch.Tensor,
+    mask: torch.Tensor,
+    unk_id: int | None = None,
 ) -> torch.Tensor:
-    """(B, T) bool: the token also occurs in the other sentence of the pair (DrQA's exact match)."""
+    """(B, T) bool: the token also occurs in the other sentence of the pair (DrQA's exact match).
+
+    An [UNK] (`unk_id`) never matches: two unknown characters share the id, not the character.
+    """
     same = input_ids[:, :, None] == input_ids[:, None, :]  # (B, T, T)
     other = segment_ids[:, :, None] != segment_ids[:, None, :]  # (B, T, T)
     real = mask[:, :, None] & mask[:, None, :]  # (B, T, T)
-    return (same & other & real).any(dim=-1)
+    matches = (same & other & real).any(dim=-1)  # (B, T)
+    return matches if unk_id is None else matches & (input_ids != unk_id)
 
 
 class TransformerMatcher(nn.Module):
     """[CLS] a [SEP] b [SEP] -> logits over {not similar, similar}.
 
     Args:
-        vocab_size, pad_id, max_seq_len, num_classes: from the DataModule.
+        vocab_size, pad_id, unk_id, max_seq_len, num_classes: from the DataModule.
         hidden_size, depth, heads, ffn_size: encoder sizes.
         dropout: embeddings, residuals, feed-forward, classifier; attention_dropout: attention weights.
         position: sinusoidal | learned.
@@ -48,6 +55,7 @@ class TransformerMatcher(nn.Module):
         vocab_size: int,
         num_classes: int = 2,
         pad_id: int = 0,
+        unk_id: int | None = None,
         max_seq_len: int = 512,
         hidden_size: int = 256,
         depth: int = 2,
@@ -79,6 +87,7 @@ class TransformerMatcher(nn.Module):
         self.embeddings = PairEmbeddings(
             vocab_size, hidden_size, max_seq_len, position, 2, dropout, pad_id
         )
+        self.unk_id = unk_id
         self.match = nn.Embedding(2, hidden_size) if match_embedding else None
         if self.match is not None:
             nn.init.normal_(self.match.weight, std=0.02)
@@ -113,7 +122,9 @@ class TransformerMatcher(nn.Module):
     ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
         """input_ids, segment_ids, mask (B, T) -> logits (B, C) [, attention: depth x (B, nh, T, T)]."""
         matches = (
-            None if self.match is None else exact_match(input_ids, segment_ids, mask)
+            None
+            if self.match is None
+            else exact_match(input_ids, segment_ids, mask, self.unk_id)
         )  # (B, T)
         extra = None if matches is None else self.match(matches.long())  # (B, T, H)
         x = self.embeddings(input_ids, segment_ids, extra)  # (B, T, H)
