@@ -122,9 +122,7 @@ class TransformerMatcher(nn.Module):
     ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
         """input_ids, segment_ids, mask (B, T) -> logits (B, C) [, attention: depth x (B, nh, T, T)]."""
         matches = (
-            None
-            if self.match is None
-            else exact_match(input_ids, segment_ids, mask, self.unk_id)
+            None if self.match is None else exact_match(input_ids, segment_ids, mask, self.unk_id)
         )  # (B, T)
         extra = None if matches is None else self.match(matches.long())  # (B, T, H)
         x = self.embeddings(input_ids, segment_ids, extra)  # (B, T, H)
