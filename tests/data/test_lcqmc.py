@@ -92,6 +92,13 @@ def make_dm(tmp_path, **kwargs) -> LCQMCDataModule:
     return LCQMCDataModule(str(tmp_path / "data"), **kwargs)
 
 
+def make_encoded(tmp_path):
+    """The training split encoded without a cache."""
+    dm = make_dm(tmp_path, cache_dir=None)
+    dm.setup()
+    return dm.datasets["train"]
+
+
 def test_reduced_protocol_split_is_fixed(tmp_path):
     write_lcqmc(tmp_path / "data", {"dev": 100, "test": 30})
     dm = make_dm(tmp_path, seed=1)
@@ -173,6 +180,13 @@ def test_batches_cache_and_artifacts(tmp_path):
         torch.equal(a, b)
         for a, b in zip(again.datasets["test"].ids, dm.datasets["test"].ids, strict=True)
     )
+
+    # every pair is a view of one ids and one segments storage, encoded or read from the cache:
+    # ddp_spawn pickled a fresh encoding to its workers with a file descriptor per pair's tensor
+    # ("Too many open files" on the 8.8k dev pairs)
+    for dataset in (dm.datasets["train"], again.datasets["train"], make_encoded(tmp_path)):
+        for tensors in (dataset.ids, dataset.segments):
+            assert len({t.untyped_storage().data_ptr() for t in tensors}) == 1
 
     dm.save_artifacts(str(tmp_path))
     loaded = make_dm(tmp_path / "elsewhere")  # no data there: predict needs only the tokenizer
