@@ -366,6 +366,26 @@ def test_a_ctrl_c_is_recorded_as_an_interruption(tmp_path):
     assert read(tmp_path / "metrics.json")["error"] == "ValueError: bad"
 
 
+def test_a_failure_keeps_what_a_ddp_spawn_worker_recorded(tmp_path):
+    """Under ddp_spawn the rank-0 worker writes the epochs, validations and best checkpoint; the
+    main process's failure record overwrote them with its own empty copy (a Ctrl-C lost them)."""
+    record = RunRecord(tmp_path, seed=0, overrides=[])
+    record.start()
+    worker = read(tmp_path / "metrics.json")
+    worker.update(
+        history=[{"epoch": 0, "step": 4}],
+        validations=[{"epoch": 0, "step": 4, "val/acc": 0.5}],
+        best_ckpt="checkpoints/epoch000.ckpt",
+    )
+    (tmp_path / "metrics.json").write_text(json.dumps(worker))
+    record.fail(KeyboardInterrupt())
+    failed = read(tmp_path / "metrics.json")
+    assert failed["status"] == "failed"
+    assert {k: failed[k] for k in ("history", "validations", "best_ckpt")} == {
+        k: worker[k] for k in ("history", "validations", "best_ckpt")
+    }
+
+
 def test_the_record_follows_the_best_checkpoint_as_it_is_saved(tmp_path):
     """A new best is recorded once its file is written (Lightning writes it before last.ckpt and
     deletes the one it replaces after it), so a run that dies later still names its best."""

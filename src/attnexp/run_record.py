@@ -34,6 +34,10 @@ def failure(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"
 
 
+# What the training callbacks record; under ddp_spawn a worker process writes them to the file.
+WORKER_KEYS = ("history", "validations", "best_ckpt")
+
+
 class RunRecord:
     """Keeps `<run_dir>/metrics.json` up to date: running -> completed | failed."""
 
@@ -126,6 +130,8 @@ class RunRecord:
         )
 
     def fail(self, err: BaseException) -> None:
+        if self.write:  # ddp_spawn: what the rank-0 worker recorded before the failure stays
+            self.reload(*WORKER_KEYS)
         self.update(
             status="failed",
             error=failure(err),

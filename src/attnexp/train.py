@@ -27,7 +27,7 @@ from attnexp.config import register_resolvers
 from attnexp.errors import ConfigError, exit_with
 from attnexp.files import TORCH_LOAD_ERRORS, checkpoint_value
 from attnexp.overrides import unknown_keys
-from attnexp.run_record import RunRecord
+from attnexp.run_record import WORKER_KEYS, RunRecord
 from attnexp.runs import (
     LAST_CKPT,
     holds_run,
@@ -114,7 +114,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         if refusal is None:
             raise
         raise refusal from err
-    record.reload("history", "validations")  # ddp_spawn: the rank-0 worker recorded them
+    record.reload(*WORKER_KEYS)  # ddp_spawn: the rank-0 worker recorded them
     metrics = scalar_metrics(trainer.callback_metrics)
 
     checkpoint = best_checkpoint_callback(trainer)

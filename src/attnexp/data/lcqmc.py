@@ -299,7 +299,9 @@ class LCQMCDataModule(AttnDataModule):
         ids, segments = self.tokenizer.encode_pairs(pairs[0], pairs[1], self.max_seq_len)
         flat = {
             "ids": torch.tensor(list(itertools.chain.from_iterable(ids)), dtype=torch.long),
-            "segments": torch.tensor(list(itertools.chain.from_iterable(segments)), dtype=torch.long),
+            "segments": torch.tensor(
+                list(itertools.chain.from_iterable(segments)), dtype=torch.long
+            ),
             "lengths": torch.tensor([len(s) for s in ids], dtype=torch.long),
         }
         if cache is not None:
