@@ -166,6 +166,13 @@ def test_a_folder_inside_a_run_stands_for_the_run(run_dir):
         ),
         ("evaluate", ["+data.batch_size=512"], r"'overrides=\[\"data.batch_size=512\"\]'$"),
         ("evaluate", ["model=lstm_attn"], r"model=lstm_attn is not a setting of evaluate \(.*\)$"),
+        (  # it said to put it in overrides=[...], where the run's trainer.* change nothing
+            "evaluate",
+            ["trainer.strategy=ddp_spawn"],
+            r"trainer.strategy=ddp_spawn is not a setting of evaluate .*; evaluate tests with its "
+            r"own trainer settings \(trainer.accelerator, trainer.devices, .*\), not the run's$",
+        ),
+        ("predict", ["trainer.devices=2"], r"; predict runs no Trainer \(it runs the model on"),
         (
             "evaluate",
             ["overrides=data.batch_size=512"],

@@ -28,7 +28,13 @@ from torch.utils.data import DataLoader
 from attnexp.build import build, check_data_dir
 from attnexp.checkpoints import compose_command_cfg, find_checkpoint, load_run
 from attnexp.errors import ConfigError
-from attnexp.evaluate import check_same_data, evaluate, make_test_trainer, run_overrides
+from attnexp.evaluate import (
+    check_same_data,
+    evaluate,
+    make_test_trainer,
+    multi_process_test_note,
+    run_overrides,
+)
 from attnexp.run_record import RunRecord
 from attnexp.runs import (
     check_not_running,
@@ -265,7 +271,8 @@ def test_evaluate_settings_are_checked_before_loading(finished_run, tmp_path):
 
     assert make_test_trainer(evaluate_cfg(), run_cfg, tmp_path).precision == "32-true"
     for trainer, match in (
-        ({"devices": "abc"}, r"trainer.devices=abc.*`devices` selected with `CPUAccelerator`"),
+        ({"devices": "abc"}, r"trainer.devices=abc: evaluate tests in one process.*devices=1"),
+        ({"devices": 2}, r"trainer.devices=2: evaluate tests in one process.*counting some"),
         ({"precision": 17}, r"trainer.precision=17.*: Precision 17 is invalid"),
         ({"limit_test_batches": 0}, r"trainer.limit_test_batches=0 must be a number of batches"),
         ({"limit_test_batches": "abc"}, r"trainer.limit_test_batches='abc' must be a number"),
@@ -276,6 +283,16 @@ def test_evaluate_settings_are_checked_before_loading(finished_run, tmp_path):
     result = run_cli(tmp_path, f"ckpt_path={run_dir}", "seed=abc", module="attnexp.evaluate")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "error: seed='abc' must be a whole number from 0 to 2**32 - 1" in result.stderr
+
+
+def test_evaluate_says_how_a_run_that_tested_under_ddp_differs():
+    """A 2-process run tested 2 x limit batches, padded; evaluate tests in one process."""
+    assert multi_process_test_note("cpu", 2) is None
+    note = multi_process_test_note("cpu x2", 2)
+    assert note.startswith("the run tested in 2 processes (cpu x2), each on its share")
+    assert "up to 1 text examples counted twice) and 2 batches per process (4 in all);" in note
+    note = multi_process_test_note("cuda (NVIDIA H100 80GB HBM3) x4", 1.0)
+    assert "in 4 processes" in note and "per process" not in note
 
 
 def test_evaluate_tests_on_the_runs_kind_of_data(tmp_path):

@@ -45,11 +45,16 @@ def not_a_setting(command: str, override: str) -> ConfigError:
     """A key that `<command>.yaml` lacks (the composed config of the command, not of the run)."""
     base = compose(command)
     own = [f"{k}.*" if OmegaConf.is_dict(OmegaConf.select(base, k)) else k for k in base]
-    hint = (  # a group choice (model=...) is the run's own and cannot change
-        f"; a setting of the run goes inside overrides: 'overrides=[\"{override.lstrip('+')}\"]'"
-        if "." in override_key(override)
-        else ""
-    )
+    key = override_key(override)
+    if key.startswith("trainer.") and "trainer" in base:  # the run's trainer.* never test
+        mine = ", ".join(f"trainer.{k}" for k in base.trainer)
+        hint = f"; {command} tests with its own trainer settings ({mine}), not the run's"
+    elif key.startswith("trainer."):
+        hint = f"; {command} runs no Trainer (it runs the model on device=...)"
+    elif "." in key:
+        hint = f"; a setting of the run goes inside overrides: 'overrides=[\"{override.lstrip('+')}\"]'"
+    else:  # a group choice (model=...) is the run's own and cannot change
+        hint = ""
     return ConfigError(
         f"{command}: {override} is not a setting of {command} (its own: {', '.join(own)}){hint}"
     )

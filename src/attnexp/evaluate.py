@@ -6,13 +6,14 @@ metrics next to those the run itself reported.
 """
 
 import logging
+import re
 import sys
 from pathlib import Path
 
 import hydra
 import pytorch_lightning as pl
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from attnexp.build import build, check_data_dir, given, resolved_data_dir
 from attnexp.checkpoints import (
@@ -129,6 +130,9 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
             record.warn(f"data: {note}")
         load_weights(task, ckpt, weights)
         record.update(device=device_name(trainer))
+        note = multi_process_test_note(run_record.get("device"), trainer.limit_test_batches)
+        if note is not None:
+            record.warn(note)
         trainer.test(task, datamodule=datamodule)
         metrics = scalar_metrics(trainer.callback_metrics)
     except BaseException as err:
@@ -142,6 +146,21 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
     return record.data
 
 
+def multi_process_test_note(run_device: str | None, limit: int | float | None) -> str | None:
+    """What differs from a run that tested under DDP (its `device` ends " x<processes>")."""
+    match = re.search(r" x(\d+)$", run_device or "")
+    if match is None:
+        return None
+    ranks = int(match.group(1))
+    note = (
+        f"the run tested in {ranks} processes ({run_device}), each on its share of the test set "
+        f"padded to equal sizes (up to {ranks - 1} text examples counted twice)"
+    )
+    if type(limit) is int:
+        note += f" and {limit} batches per process ({ranks * limit} in all)"
+    return f"{note}; this evaluation tests in one process, so its metrics may differ from the run's"
+
+
 def make_test_trainer(cfg: DictConfig, run_cfg: DictConfig, out_dir: Path) -> pl.Trainer:
     """The Trainer that tests, from evaluate's trainer.* (the run's where null); Lightning refuses
     a bad one with a traceback, and takes limit_test_batches=0 as "test nothing"."""
@@ -153,6 +172,15 @@ def make_test_trainer(cfg: DictConfig, run_cfg: DictConfig, out_dir: Path) -> pl
         if cfg.trainer.limit_test_batches is not None
         else run_cfg.trainer.get("limit_test_batches"),
     }
+    devices = settings["devices"]
+    if devices not in (1, "1") and not (OmegaConf.is_list(devices) and len(devices) == 1):
+        # DDP would split the test set over processes, padded to equal shares: examples counted
+        # twice, and for a relaunching strategy a second evaluate writing the same eval dir
+        raise ConfigError(
+            f"trainer.devices={settings['devices']}: evaluate tests in one process, to give the "
+            f"run's metrics again (with more, each process tests a share of the test set padded "
+            f"to equal sizes, counting some examples twice); set trainer.devices=1"
+        )
     limit = settings["limit_test_batches"]
     if limit is not None and (type(limit) not in (int, float) or limit <= 0):
         # null takes the run's own, so a run trained with 0 (no test) needs a value given here
