@@ -87,6 +87,13 @@ def test_non_utf8_file_names_file_and_encoding(tmp_path):
         make_dm(tmp_path).setup()
 
 
+def pair_segments(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The segment ids a batch must carry: 1 after the first [SEP] (id 3), on real tokens only."""
+    sep = (batch["input_ids"] == 3).long()
+    after_first_sep = (sep.cumsum(dim=1) - sep) >= 1
+    return (after_first_sep & batch["mask"]).long()
+
+
 def make_dm(tmp_path, **kwargs) -> LCQMCDataModule:
     kwargs = {"train_split": "dev", "batch_size": 8, "cache_dir": str(tmp_path / "cache"), **kwargs}
     return LCQMCDataModule(str(tmp_path / "data"), **kwargs)
@@ -173,13 +180,14 @@ def test_batches_cache_and_artifacts(tmp_path):
     assert torch.all(batch["input_ids"][~batch["mask"]] == 0) and torch.all(
         batch["input_ids"][:, 0] == 2
     )
+    assert torch.equal(batch["segment_ids"], pair_segments(batch))  # a [SEP] b [SEP] -> 0 0 1 1
+    assert batch["segment_ids"].sum() > 0
     assert len(list((tmp_path / "cache").glob("*.pt"))) == 3
     again = make_dm(tmp_path)
     again.setup()  # from the cache: the same encodings
-    assert all(
-        torch.equal(a, b)
-        for a, b in zip(again.datasets["test"].ids, dm.datasets["test"].ids, strict=True)
-    )
+    for field in ("ids", "segments"):
+        read, made = getattr(again.datasets["test"], field), getattr(dm.datasets["test"], field)
+        assert all(torch.equal(a, b) for a, b in zip(read, made, strict=True))
 
     # every pair is a view of one ids and one segments storage, encoded or read from the cache:
     # ddp_spawn pickled a fresh encoding to its workers with a file descriptor per pair's tensor
@@ -231,6 +239,7 @@ def test_raw_inputs_for_predict(tmp_path, monkeypatch):
         [{"text_a": "电脑" * 10, "text_b": "录像"}, {"text_a": "电", "text_b": "脑"}]
     )
     assert batch["input_ids"].shape == (2, 12) and batch["mask"].sum(1).tolist() == [12, 5]
+    assert torch.equal(batch["segment_ids"], pair_segments(batch))
     assert dm.prediction_label(1) == "similar" and dm.prediction_label(0) == "not similar"
     attention = [torch.softmax(torch.randn(2, 2, 12, 12), -1)]
     monkeypatch.chdir(tmp_path)
@@ -320,10 +329,9 @@ def test_a_broken_cached_encoding_is_encoded_again(tmp_path, caplog):
     assert "is broken" in caplog.text and len(dm.datasets["test"]) == 40
     again = make_dm(tmp_path)  # the broken files were replaced by good ones
     again.setup()
-    assert all(
-        torch.equal(a, b)
-        for a, b in zip(again.datasets["test"].ids, dm.datasets["test"].ids, strict=True)
-    )
+    for field in ("ids", "segments"):
+        read, made = getattr(again.datasets["test"], field), getattr(dm.datasets["test"], field)
+        assert all(torch.equal(a, b) for a, b in zip(read, made, strict=True))
 
 
 def test_a_training_split_of_one_class_is_refused(tmp_path):
