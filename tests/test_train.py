@@ -344,8 +344,19 @@ def test_resume_auto_then_a_run_dir(finished_run):
     assert list((tmp / "outputs" / "runs").iterdir()) == [run_dir]
     record = read(run_dir / "metrics.json")
     assert record["status"] == "completed" and record["resumed_from_attempt"] == 2
-    assert [h["epoch"] for h in record["history"]] == [0, 1]  # continued, not restarted
+    assert [h["epoch"] for h in record["history"]] == [0, 1]
     assert record["history"][1]["step"] == 2 * record["history"][0]["step"]
+    # continued, not restarted: a restart validated epoch 0 again (its rows, keyed by epoch, hid it)
+    assert [v["epoch"] for v in record["validations"]] == [0, 1]
+    # ...and from the whole training state: the same epoch 1 as a run never interrupted (with a
+    # fresh optimizer state, Adam's moments, the losses differed)
+    (tmp / "straight").mkdir()
+    straight = run_cli(tmp / "straight", *TINY, "trainer.max_epochs=2")
+    assert straight.returncode == 0, straight.stderr[-4000:]
+    (straight_dir,) = (tmp / "straight" / "outputs" / "runs").iterdir()
+    straight_history = read(straight_dir / "metrics.json")["history"]
+    for key in ("train/loss_epoch", "val/loss"):
+        assert record["history"][1][key] == straight_history[1][key]
     assert record["metrics"]["val/acc"] == record["metrics"]["val/acc_best"]
     assert {p.name: p.read_text() for p in (run_dir / ".hydra").glob("*.yaml")} == hydra_before
     assert len(list((run_dir / ".hydra").glob("resume_*"))) == 2  # each attempt's own overrides
