@@ -265,12 +265,14 @@ def test_relaunched_rank_enters_rank0_run_dir(tmp_path, monkeypatch, resume):
     RunDirGuard().on_run_start(guard_config(run_dir, str(run_dir) if resume else None))
 
 
-def test_rank0_still_refuses_a_dir_holding_a_run(tmp_path, monkeypatch):
+def test_rank0_still_refuses_a_dir_holding_a_run(tmp_path, monkeypatch, capsys):
     run_dir = rank0_run_dir(tmp_path)
     for key in ("LOCAL_RANK", "RANK", "SLURM_PROCID"):
         monkeypatch.delenv(key, raising=False)
     with pytest.raises(SystemExit):
         RunDirGuard().on_run_start(guard_config(run_dir))
+    # refused for holding a run, not for a check that failed (any error exits too)
+    assert f"hydra.run.dir={run_dir} already holds a run" in capsys.readouterr().err
 
 
 def test_relaunching_strategy_single_run_end_to_end(tmp_path):
