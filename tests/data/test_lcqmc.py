@@ -50,8 +50,10 @@ def test_vocab_file(tmp_path):
     ids, _ = tok.encode_pairs(["电脑"], ["脑x"], 16)
     assert ids[0] == [2, 4, 5, 3, 5, 1, 3]
     vocab.write_text("[PAD]\n电\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match="lacks the special tokens"):
+    with pytest.raises(ConfigError, match=r"lacks the special tokens .*point data.vocab_file"):
         PairTokenizer.from_vocab_file(vocab)
+    with pytest.raises(ConfigError, match=r"nowhere.txt does not exist \(set data.vocab_file="):
+        PairTokenizer.from_vocab_file(tmp_path / "nowhere.txt")
     for text, problem in (
         ("[PAD]\n\n电\n", ":2 holds a blank line"),
         ("电\n脑\n电\n", ":3 holds '电' again"),

@@ -37,8 +37,14 @@ def test_min_frequency_and_vocab_size():
     tok = train_word_tokenizer(TEXTS, vocab_size=100, min_frequency=2)
     assert set(tok.get_vocab()) == {"[PAD]", "[UNK]", "a", "film", "great", "it"}
     assert train_word_tokenizer(TEXTS, vocab_size=4, min_frequency=1).get_vocab_size() == 4
-    with pytest.raises(ConfigError, match="data.vocab_size"):
+    with pytest.raises(
+        ConfigError, match=r"vocab_size=2 must be > 2 \(set data.vocab_size=\.\.\.\)"
+    ):
         train_word_tokenizer(TEXTS, vocab_size=2)
+    with pytest.raises(
+        ConfigError, match=r"min_frequency=0 must be >= 1 \(set data.min_frequency="
+    ):
+        train_word_tokenizer(TEXTS, vocab_size=100, min_frequency=0)
 
 
 def test_word_split_keeps_splits_or_drops_punctuation():
