@@ -1086,6 +1086,24 @@ def test_settings_refused_before_training(compose_cfg, overrides, match):
         check_settings(compose_cfg(*overrides))
 
 
+def test_validation_after_every_batch_saves_the_best_checkpoint(tmp_path):
+    """Lightning read val_check_interval=1 (every batch) as 1.0 (once per epoch) and saved
+    checkpoints at the epoch's end only: the run tested the last weights, not the best."""
+    result = run_cli(
+        tmp_path, *TINY, "trainer.limit_train_batches=4", "trainer.val_check_interval=1"
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
+    record = read(run_dir / "metrics.json")
+    accs = [v["val/acc"] for v in record["validations"]]
+    steps = [v["step"] for v in record["validations"]]
+    assert steps == [1, 2, 3, 4]
+    best = steps[accs.index(max(accs))]
+    assert best < 4, f"seed 0's best validation is the last ({accs}): pick a case that tells"
+    assert checkpoint_step(run_dir / record["best_ckpt"]) == best
+    assert record["metrics"]["val/acc_best"] == max(accs)
+
+
 def test_debug_limit_works_with_step_validation(compose_cfg):
     check_settings(compose_cfg("experiment=nndl_imdb_mean", "debug=limit"))
 

@@ -24,7 +24,14 @@ TRAINER_REFUSALS = (TypeError, ValueError, MisconfigurationException)  # how Lig
 
 def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Trainer:
     """The Trainer with the configured callbacks and loggers (logging from `resume_step` on)."""
-    callbacks = [make_callback(name, c) for name, c in cfg.callbacks.items() if c is not None] + [
+    every_batch = type(cfg.trainer.get("val_check_interval")) is int and (
+        cfg.trainer.val_check_interval == 1
+    )
+    callbacks = [
+        make_callback(name, c, validates_every_batch=every_batch)
+        for name, c in cfg.callbacks.items()
+        if c is not None
+    ] + [
         EpochHistory(record),
         EndSpawnedProcessGroup(),  # ddp_spawn: ends the ranks' process group at each stage's end
         MovedRunCheckpoints(),  # resume= of a run dir that was moved or copied
@@ -51,11 +58,25 @@ def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Tra
         raise refused_settings(err.__cause__, settings, "train") from err.__cause__
 
 
-def make_callback(name: str, callback_cfg: DictConfig) -> pl.Callback:
+def make_callback(
+    name: str, callback_cfg: DictConfig, validates_every_batch: bool = False
+) -> pl.Callback:
     """callbacks.<name>, with Lightning's refusal of a setting (a ModelCheckpoint mode=foo, say)
-    said as a ConfigError that names callbacks.<name>.<key>."""
+    said as a ConfigError that names callbacks.<name>.<key>.
+
+    Lightning takes trainer.val_check_interval=1 (validate after every batch) for 1.0 (once per
+    epoch), and its checkpoint callbacks then save at epoch ends only, never at the validations
+    between: a ModelCheckpoint that leaves `save_on_train_epoch_end` unset saves at validations.
+    """
+    extra = (
+        {"save_on_train_epoch_end": False}
+        if validates_every_batch
+        and is_subclass_target(callback_cfg, ModelCheckpoint)
+        and callback_cfg.get("save_on_train_epoch_end") is None
+        else {}
+    )
     try:
-        return instantiate_checked(callback_cfg)
+        return instantiate_checked(callback_cfg, **extra)
     except InstantiationException as err:
         if not isinstance(err.__cause__, TRAINER_REFUSALS):
             raise
@@ -95,14 +116,18 @@ def monitor_refusal(
 def purge_setting(logger_cfg: DictConfig, resume_step: int) -> dict[str, int]:
     """TensorBoard and CSV logs drop what an interrupted attempt logged at or after the step its
     resumed run goes on from (tasks/loggers.py); other loggers are left as configured."""
-    target_path = logger_cfg.get("_target_")
+    return {"purge_step": resume_step} if is_subclass_target(logger_cfg, RESUMABLE) else {}
+
+
+def is_subclass_target(node: DictConfig, base: type | tuple[type, ...]) -> bool:
+    """Whether `node` builds a `base`: False for a _target_ that does not import (instantiate()
+    says what is wrong) or that is a factory function, not a class."""
+    target_path = node.get("_target_")
     try:
         target = get_object(target_path) if isinstance(target_path, str) else None
-    except (ImportError, ValueError):  # instantiate() says what is wrong
-        return {}
-    # a _target_ may be any callable that makes a logger (a factory function, say)
-    resumable = isinstance(target, type) and issubclass(target, RESUMABLE)
-    return {"purge_step": resume_step} if resumable else {}
+    except (ImportError, ValueError):
+        return False
+    return isinstance(target, type) and issubclass(target, base)
 
 
 def device_name(trainer: pl.Trainer) -> str:
