@@ -46,7 +46,7 @@ from attnexp.runs import (
     resolve_run_dir,
     writer_alive,
 )
-from attnexp.tasks.callbacks import EpochHistory, moved_state
+from attnexp.tasks.callbacks import EpochHistory, FiniteLosses, moved_state
 from attnexp.train import checkpoint_step, draw_seed, resume_step_of
 from attnexp.trainer import check_settings, purge_setting
 
@@ -412,6 +412,38 @@ def test_a_failure_keeps_what_a_ddp_spawn_worker_recorded(tmp_path):
     assert {k: failed[k] for k in ("history", "validations", "best_ckpt")} == {
         k: worker[k] for k in ("history", "validations", "best_ckpt")
     }
+
+
+def test_a_loss_that_turns_nan_ends_the_run(tmp_path):
+    """In float16 (16-true) the bag model's loss turned NaN in the first epoch; the run trained on,
+    tested its NaN weights (accuracy 0) and recorded "completed"."""
+    result = run_cli(tmp_path, *TINY, "trainer.precision=16-true", "trainer.limit_train_batches=4")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "error: val/loss is nan at epoch 0, step 4: training diverged" in result.stderr
+    assert "trainer.precision=16-true computes in float16" in result.stderr
+    (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
+    record = read(run_dir / "metrics.json")
+    assert record["status"] == "failed" and "val/loss is nan" in record["error"]
+    assert "test/acc" not in record.get("metrics", {})
+
+
+def test_finite_losses_read_the_logged_values_only():
+    check = FiniteLosses()
+    trainer = SimpleNamespace(
+        callback_metrics={"val/loss": torch.tensor(0.7), "train/loss_epoch": torch.tensor(0.6)},
+        sanity_checking=False,
+        precision="32-true",
+        current_epoch=3,
+        global_step=40,
+    )
+    check.on_validation_end(trainer, None)
+    check.on_train_end(trainer, None)
+    trainer.callback_metrics["train/loss_epoch"] = torch.tensor(float("inf"))
+    with pytest.raises(ConfigError, match=r"train/loss_epoch is inf at epoch 3, step 40: .*lower"):
+        check.on_train_epoch_start(trainer, None)
+    trainer.callback_metrics["val/loss"] = torch.tensor(float("nan"))
+    trainer.sanity_checking = True  # the untrained model's check is not the run's
+    check.on_validation_end(trainer, None)
 
 
 def test_the_record_follows_the_best_checkpoint_as_it_is_saved(tmp_path):
@@ -1071,6 +1103,12 @@ def test_last_ckpt_is_the_latest_state_not_the_best(tmp_path):
         # ZeroDivisionError inside Lightning's fit loop
         (["trainer.val_check_interval=0"], r"trainer.val_check_interval=0 never validates"),
         (["trainer.check_val_every_n_epoch=0"], r"check_val_every_n_epoch=0 must be a whole"),
+        (["trainer=cpu", "trainer.precision=16-mixed"], r"16-mixed: float16 autocast runs on GPUs"),
+        # ValueError "SyncBatchNorm layers only work with GPU modules" from each spawned rank
+        (
+            ["trainer=ddp", "trainer.accelerator=cpu"],
+            r"trainer.sync_batchnorm=true needs GPUs, .*use trainer=ddp_cpu for DDP on CPU",
+        ),
         # RuntimeError from torch.Generator.manual_seed, after loading the data
         (["model=transformer", "data.split_seed=abc"], r"data.split_seed='abc' must be a whole"),
         (
@@ -1112,6 +1150,8 @@ def test_debug_limit_works_with_step_validation(compose_cfg):
 def test_gpu_trainer_without_a_gpu(compose_cfg):
     with pytest.raises(ConfigError, match=r"trainer.accelerator=gpu: this machine sees no CUDA"):
         check_settings(compose_cfg("trainer=gpu"))
+    with pytest.raises(ConfigError, match=r"no CUDA device \(use trainer=cpu, trainer=ddp_cpu"):
+        check_settings(compose_cfg("trainer=ddp"))  # several processes on CPU: ddp_cpu
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,12 @@ from attnexp.build import instantiate_checked
 from attnexp.checkpoints import SEED_KEYS
 from attnexp.errors import ConfigError, require_seed
 from attnexp.run_record import RunRecord
-from attnexp.tasks.callbacks import EndSpawnedProcessGroup, EpochHistory, MovedRunCheckpoints
+from attnexp.tasks.callbacks import (
+    EndSpawnedProcessGroup,
+    EpochHistory,
+    FiniteLosses,
+    MovedRunCheckpoints,
+)
 from attnexp.tasks.loggers import RESUMABLE, start_logs
 
 TRAINER_REFUSALS = (TypeError, ValueError, MisconfigurationException)  # how Lightning says no
@@ -33,6 +38,7 @@ def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Tra
         if c is not None
     ] + [
         EpochHistory(record),
+        FiniteLosses(),  # a loss that turned NaN ends the run, not its test of NaN weights
         EndSpawnedProcessGroup(),  # ddp_spawn: ends the ranks' process group at each stage's end
         MovedRunCheckpoints(),  # resume= of a run dir that was moved or copied
     ]
@@ -169,7 +175,20 @@ def check_settings(cfg: DictConfig) -> None:
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError(
             f"trainer.accelerator={accelerator}: this machine sees no CUDA device (use "
-            f"trainer=cpu, or trainer=default, which takes what there is)"
+            f"trainer=cpu, trainer=ddp_cpu for two CPU processes, or trainer=default, which "
+            f"takes what there is)"
+        )
+    if str(cfg.trainer.get("precision")) in ("16", "16-mixed") and accelerator == "cpu":
+        # Lightning switches to bf16-mixed with a warning; the record would say 16-mixed
+        raise ConfigError(
+            f"trainer.precision={cfg.trainer.precision}: float16 autocast runs on GPUs only (on "
+            f"CPU set trainer.precision=bf16-mixed, or 32-true)"
+        )
+    if cfg.trainer.get("sync_batchnorm") and accelerator == "cpu":
+        # torch's SyncBatchNorm stops in the spawned processes, with a traceback per rank
+        raise ConfigError(
+            "trainer.sync_batchnorm=true needs GPUs, and trainer.accelerator=cpu (use "
+            "trainer=ddp_cpu for DDP on CPU, or set trainer.sync_batchnorm=false)"
         )
     check_val_interval(cfg.trainer)
 

@@ -12,7 +12,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.strategies.launchers import _MultiProcessingLauncher
 
-from attnexp.errors import require_positive
+from attnexp.errors import ConfigError, require_positive
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +182,40 @@ class EpochHistory(pl.Callback):
             row = {k: v for k, v in row.items() if not k.startswith("val/")}
         history = [h for h in self.record.data["history"] if h["epoch"] != row["epoch"]]
         self.record.update(history=[*history, row])
+
+
+class FiniteLosses(pl.Callback):
+    """Ends a run whose loss turned NaN or infinite: its weights are no longer numbers, and it went
+    on to test them and record "completed" with an accuracy of 0. Checked once per validation and
+    per epoch (from the logged values: no extra GPU sync per step)."""
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:  # the sanity check runs the untrained model
+            self._check(trainer, "val/loss")
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._check(trainer, "train/loss_epoch")  # the epoch before's, logged at its end
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._check(trainer, "train/loss_epoch")
+
+    @staticmethod
+    def _check(trainer: pl.Trainer, key: str) -> None:
+        value = trainer.callback_metrics.get(key)
+        if value is None or bool(torch.isfinite(value).all()):
+            return
+        precision = str(trainer.precision)
+        cause = (
+            f"trainer.precision={precision} computes in float16, which under- and overflows: "
+            f"use bf16-mixed or 32-true"
+            if precision.startswith("16")
+            else "lower optimizer.lr, or set trainer.gradient_clip_val"
+        )
+        raise ConfigError(
+            f"{key} is {float(value)} at epoch {trainer.current_epoch}, step "
+            f"{trainer.global_step}: training diverged, and the weights are no longer numbers "
+            f"({cause})"
+        )
 
 
 class EndSpawnedProcessGroup(pl.Callback):
