@@ -6,6 +6,7 @@ from mnist_data import write_mnist
 
 from attnexp.data.bag_mnist import BagMNISTDataModule
 from attnexp.data.bags import sample_bags
+from attnexp.data.mnist import load_mnist
 from attnexp.errors import ConfigError
 from attnexp.models.bag import BagMLP
 
@@ -57,6 +58,35 @@ def test_val_and_test_bags_fixed_per_seed_train_bags_resampled(data_dir):
     assert not torch.equal(train_batches(a, 0)[0]["items"], train_batches(a, 1)[0]["items"])
     c = make(data_dir, seed=1)
     assert not torch.equal(first(a.val_dataloader())["items"], first(c.val_dataloader())["items"])
+
+
+def test_one_val_or_test_loader_gives_the_same_bags_every_pass(data_dir):
+    """Lightning reads the same val loader every epoch (and may test twice with one loader)."""
+    dm = make(data_dir, batch_size=2, eval_bag_sizes=[2], eval_variable_max=4)
+    for loader in (dm.val_dataloader(), *dm.test_dataloader()):
+        passes = [list(loader) for _ in range(3)]
+        assert len(passes[0]) > 1
+        for later in passes[1:]:
+            for a, b in zip(passes[0], later, strict=True):
+                assert all(torch.equal(a[k], b[k]) for k in ("items", "mask", "labels"))
+
+
+def test_validation_images_are_a_seeded_draw(data_dir):
+    """The held-out images are a random draw fixed by data.seed, not the first ones of the file."""
+    splits, _ = load_mnist(data_dir, "local")
+    images = splits["train"][0]
+    dm, other = make(data_dir), make(data_dir, seed=1)
+    val, train = dm.splits["val"][0], dm.splits["train"][0]
+    assert len(val) == 20 and not torch.equal(val, images[:20])
+    assert not torch.equal(other.splits["val"][0], val)
+    assert torch.equal(make(data_dir).splits["val"][0], val)
+    # a split: every training image (random noise, so each unique) lands on exactly one side
+    held_out, kept = image_set(val), image_set(train)
+    assert not held_out & kept and held_out | kept == image_set(images)
+
+
+def image_set(images: torch.Tensor) -> set[bytes]:
+    return {bytes(image.flatten().tolist()) for image in images}
 
 
 def test_shift_moves_training_digits_only(data_dir):

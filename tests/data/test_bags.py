@@ -23,6 +23,16 @@ def test_largest_and_parity_rules():
     assert bag_labels(LABELS, index, mask, "parity").tolist() == [1, 3, 8]
 
 
+def test_parity_ignores_the_label_of_a_padded_slot():
+    """Padded slots point at an item too (item 0, a 5 in MNIST): its label must not count."""
+    index = torch.tensor([[4, 0, 1]])  # labels 2, 3 real; the padded slot holds item 1 (label 7)
+    mask = torch.tensor([[True, True, False]])
+    # real sum 5 (odd): the smallest, 2; with the padded 7 the sum would be 12 (even): 3
+    assert bag_labels(LABELS, index, mask, "parity").tolist() == [2]
+    index = torch.tensor([[4, 3, 1]])  # real 2, 8: sum 10 (even), the largest; with the 7: 17
+    assert bag_labels(LABELS, index, mask, "parity").tolist() == [8]
+
+
 def test_unknown_rule():
     with pytest.raises(
         ConfigError, match=r"label rule 'max' is not one of largest, parity \(set data.label_rule"
@@ -60,6 +70,17 @@ def test_fixed_bags_are_fixed_per_seed():
     # every bag, in order; the last batch is smaller
     assert [len(x["labels"]) for x in batches(fixed(batch_size=4))] == [4, 4, 2]
     assert torch.equal(torch.cat([x["items"] for x in batches(fixed(batch_size=4))]), a[0]["items"])
+
+
+def test_fixed_bags_are_the_same_on_every_pass():
+    """Lightning iterates one val/test sampler every epoch: each pass must yield the same bags."""
+    bags = fixed(min_size=1, max_size=4, batch_size=4)
+    first = list(bags)
+    for _ in range(2):
+        again = list(bags)
+        assert len(again) == len(first) == 3
+        for (index, mask), (index2, mask2) in zip(first, again, strict=True):
+            assert torch.equal(index, index2) and torch.equal(mask, mask2)
 
 
 def test_training_bags_are_full_batches_drawn_per_epoch():

@@ -39,6 +39,22 @@ def test_reversed_impl_equals_packed(batch, num_layers):
         LSTMEncoder(V, rnn_impl="cudnn")
 
 
+@pytest.mark.parametrize("rnn_impl", ["packed", "reversed"])
+def test_dropout_between_layers_only_in_training(batch, rnn_impl):
+    """model.dropout drops the features between stacked LSTM layers in both implementations
+    (the reversed one runs each layer itself, so it must apply it itself)."""
+    ids, mask = batch
+    torch.manual_seed(0)
+    encoder = LSTMEncoder(
+        V, embed_dim=8, hidden_size=4, num_layers=2, dropout=0.5, rnn_impl=rnn_impl
+    ).eval()
+    evaluated = encoder(ids, mask)
+    assert torch.equal(evaluated, encoder(ids, mask))
+    encoder.train()
+    a, b = encoder(ids, mask), encoder(ids, mask)
+    assert not torch.allclose(a, b) and not torch.allclose(a, evaluated)
+
+
 @pytest.mark.parametrize("key", ["embed_dim", "hidden_size", "num_layers"])
 def test_sizes_must_be_positive(key):
     with pytest.raises(ConfigError, match=rf"model\.{key}=0 must be a positive integer"):

@@ -82,6 +82,20 @@ def test_all_padding_sequence_stays_finite():
         assert torch.isfinite(out).all()
 
 
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_all_padding_sequence_attends_over_all_its_positions(need_weights):
+    """A sequence with no real token is unmasked, not left to the kernel: the fused kernels
+    differ there (NaN on some backends, zeros on torch 2.13's CPU one), so finiteness alone cannot
+    show the guard; its defined result can: attention as if there were no mask."""
+    ours, _ = pair()
+    x = torch.randn(B, T, E)
+    out, weights = ours(x, torch.tensor([[False] * T, [True] * 3 + [False] * 2]), need_weights)
+    unmasked, _ = ours(x[:1], None, need_weights)
+    torch.testing.assert_close(out[:1], unmasked)
+    if need_weights:
+        torch.testing.assert_close(weights[0].sum(-1), torch.ones(NH, T))
+
+
 def test_gradients_flow_and_bf16():
     ours, _ = pair()
     ours.train()
@@ -97,13 +111,18 @@ def test_gradients_flow_and_bf16():
         assert out16.dtype == torch.bfloat16 and torch.isfinite(out16).all()
 
 
-def test_dropout_only_in_training():
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_dropout_only_in_training(need_weights):
+    """Both paths drop attention in training: the fused one (no weights) is the one training uses."""
     torch.manual_seed(0)
     layer = MultiHeadSelfAttention(E, NH, dropout=0.5).eval()
     x = torch.randn(B, T, E)
-    assert torch.equal(layer(x)[0], layer(x)[0])
+    mask = lengths_to_mask(torch.tensor([3, 5]), T)
+    evaluated = layer(x, mask, need_weights=need_weights)[0]
+    assert torch.equal(evaluated, layer(x, mask, need_weights=need_weights)[0])
     layer.train()
-    assert not torch.allclose(layer(x, need_weights=True)[0], layer(x, need_weights=True)[0])
+    a, b = (layer(x, mask, need_weights=need_weights)[0] for _ in range(2))
+    assert not torch.allclose(a, b) and not torch.allclose(a, evaluated)
 
 
 @pytest.mark.parametrize(

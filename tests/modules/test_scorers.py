@@ -106,3 +106,14 @@ def test_bilinear_identity_init_needs_equal_sizes():
 def test_simple_scorer_needs_no_query():
     assert not SimpleScorer.needs_query and Scorer.needs_query
     assert SimpleScorer(H)(torch.randn(B, T, H)).shape == (B, T)
+
+
+def test_simple_scorer_value():
+    """w^T tanh(W k + b) + c, from the scorer's own weights; the tanh makes it more than linear."""
+    torch.manual_seed(0)
+    scorer = SimpleScorer(H, attn_dim=4)
+    first, second = scorer.net[0], scorer.net[-1]
+    keys = 3 * torch.randn(B, T, H)  # large enough that tanh is far from the identity
+    hidden = torch.tanh(keys @ first.weight.T + first.bias)  # (B, T, 4)
+    expected = (hidden @ second.weight.T + second.bias).squeeze(-1)
+    assert torch.allclose(scorer(keys), expected, atol=1e-6)

@@ -79,6 +79,21 @@ def test_fused_and_explicit_attention_agree():
     assert torch.allclose(a[MASK], b[MASK], atol=1e-5)
 
 
+@pytest.mark.parametrize("fused_attention", [True, False])
+def test_attention_dropout_only_in_training(fused_attention):
+    """model.attention_dropout acts on both attention paths (residual dropout off, so it alone)."""
+    torch.manual_seed(0)
+    block = TransformerEncoderBlock(
+        E, NH, FF, dropout=0.0, attention_dropout=0.5, fused_attention=fused_attention
+    ).eval()
+    x = torch.randn(2, 5, E)
+    evaluated = block(x, MASK)[0]
+    assert torch.equal(evaluated, block(x, MASK)[0])
+    block.train()
+    a, b = block(x, MASK)[0], block(x, MASK)[0]
+    assert not torch.allclose(a[MASK], b[MASK]) and not torch.allclose(a[MASK], evaluated[MASK])
+
+
 def test_gradients_flow():
     block = TransformerEncoderBlock(E, NH, FF)
     x = torch.randn(2, 5, E, requires_grad=True)
@@ -86,9 +101,20 @@ def test_gradients_flow():
     assert x.grad is not None and all(p.grad is not None for p in block.parameters())
 
 
+@pytest.mark.parametrize("block", [TransformerEncoderBlock, TorchEncoderBlock])
+def test_bad_norm_or_activation_names_the_value_the_choices_and_the_setting(block):
+    with pytest.raises(
+        ConfigError, match=r"^norm 'mid' is not one of post, pre \(set model\.norm=\.\.\.\)$"
+    ):
+        block(E, NH, FF, norm="mid")
+    with pytest.raises(
+        ConfigError,
+        match=r"^activation 'tanh' is not one of relu, gelu \(set model\.activation=\.\.\.\)$",
+    ):
+        block(E, NH, FF, activation="tanh")
+
+
 def test_block_errors():
-    with pytest.raises(ConfigError, match="norm 'mid' is not one of post, pre"):
-        TransformerEncoderBlock(E, NH, FF, norm="mid")
     with pytest.raises(ConfigError, match="not divisible by model.heads=3"):
         TransformerEncoderBlock(E, 3, FF)
     with pytest.raises(ConfigError, match="not divisible by model.heads=3"):
