@@ -90,3 +90,20 @@ def test_bench_overhead(tmp_path, monkeypatch):
 def test_bench_on_cuda_without_cuda_says_so(tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match="--device cuda: torch sees no CUDA device here"):
         run_bench("bench_lcqmc.py", monkeypatch, tmp_path / "bench.json", *ON_CUDA_BF16)
+
+
+def test_bench_lstm_impl(tmp_path, monkeypatch):
+    result = run_bench(
+        "bench_lstm_impl.py",
+        monkeypatch,
+        tmp_path / "bench.json",
+        "--batch-size",
+        "4",
+        "--length",
+        "12",
+        "--threads",
+        "1",
+    )
+    assert set(result["seconds_per_step"]) == {"packed", "reversed", "padded"}
+    assert all(len(v) == 2 for v in result["seconds_per_step_rounds"].values())
+    assert result["packed_over_reversed"] > 0 and result["machine"]["torch_threads"] == 1
