@@ -18,9 +18,9 @@ class LSTMEncoder(nn.Module):
     - "packed": `pack_padded_sequence(enforce_sorted=False)` (cuDNN on GPU).
     - "reversed": padding sits after each review, so the forward direction runs on the padded batch
       as is, and the backward direction on each review reversed within its own length, then
-      reversed back. On CPU this is ~20x faster than packing (torch 2.13: the packed backward
-      pass took 100 s vs 4.6 s for a 128 x 200 batch on one core), because the unpacked LSTM runs
-      on oneDNN.
+      reversed back. On CPU this is 10-20x faster than packing (torch 2.13, a 128 x 200 batch,
+      one core: 6.2 s vs 0.57 s per forward + backward, bench/bench_lstm_impl.py), because the
+      unpacked LSTM runs on oneDNN.
     - "auto" (default): packed on CUDA, reversed elsewhere.
     """
 
