@@ -30,10 +30,13 @@ def fetch(url: str, body: dict | None = None, timeout: float = 10):
 
 @pytest.fixture
 def tensorboard(tmp_path):
-    """(base url, run name) of TensorBoard serving one finished tiny run."""
+    """(base url, run name, run dir) of TensorBoard serving a finished tiny run, beside an earlier
+    run of another model (the HPARAMS tab must show both runs' settings and metrics)."""
+    result = run_cli(tmp_path, *TINY, "model=bag_mlp")
+    assert result.returncode == 0, result.stderr[-4000:]
     result = run_cli(tmp_path, *TINY, "trainer.max_epochs=2")
     assert result.returncode == 0, result.stderr[-4000:]
-    (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
+    run_dir = max((tmp_path / "outputs" / "runs").iterdir())  # named by start time: the later
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -93,11 +96,14 @@ def test_tensorboard_lists_scalars_images_and_hparams(tensorboard):
     figures = fetch(f"{base}/data/plugin/images/images?{query}")
     assert len(figures) == 2  # one per validation epoch (trainer.max_epochs=2)
 
+    # The columns are every run's: TensorBoard took them from the first experiment summary it
+    # found (the MLP run's, without scorer, attention or variable bags) while Lightning wrote one
     experiment = fetch(f"{base}/data/plugin/hparams/experiment", {"experimentName": ""})
     hparams = {h["name"] for h in experiment["hparamInfos"]}
     assert {"model._target_", "model.hidden_size", "scorer._target_", "seed"} <= hparams
+    assert "model.attention" in hparams  # bag_attn's own setting
     metric_tags = {m["name"]["tag"] for m in experiment["metricInfos"]}
-    assert {"final/val/acc_best", "final/test/acc"} <= metric_tags
+    assert {"final/val/acc_best", "final/test/acc", "final/test/acc_variable"} <= metric_tags
 
     groups = fetch(
         f"{base}/data/plugin/hparams/session_groups",
@@ -119,6 +125,8 @@ def test_tensorboard_lists_scalars_images_and_hparams(tensorboard):
     values = {m["name"]["tag"]: m["value"] for m in group["metricValues"]}
     record = json.loads((run_dir / "metrics.json").read_text())["metrics"]
     assert values["final/test/acc"] == pytest.approx(record["test/acc"])
+    # tb/hparams.yaml holds the settings (Lightning wrote it before they were logged: empty)
+    assert "model.hidden_size: 16" in (run_dir / "tb" / "hparams.yaml").read_text().splitlines()
 
 
 def test_attention_figures_every_zero_epochs_is_refused_before_training(tmp_path):

@@ -37,6 +37,7 @@ from attnexp.runs import (
 )
 from attnexp.sweeps import check_strategy
 from attnexp.tasks.callbacks import best_checkpoint_callback
+from attnexp.tasks.loggers import log_run_hparams
 from attnexp.trainer import check_settings, device_name, make_trainer, monitor_refusal
 
 log = logging.getLogger(__name__)
@@ -137,11 +138,11 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     config = OmegaConf.to_container(cfg, resolve=True)
     hparams = {key: config[key] for key in HPARAM_KEYS if key in config}
     for tb_logger in [lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]:
-        # The HPARAMS tab: each run's config with its final metrics. Lightning also writes these
-        # metrics as scalars at step 0, so they get their own tags (final/...) rather than adding a
-        # stray step-0 point to the per-epoch val/acc curve.
+        # The HPARAMS tab: each run's config with its final metrics. These are written as scalars
+        # too, under tags of their own (final/...): under val/acc the best checkpoint's value
+        # would be a stray point on the per-validation curve.
         final = {f"final/{k}": v for k, v in metrics.items() if k.startswith(("val/", "test/"))}
-        tb_logger.log_hyperparams(flatten_hparams(hparams), metrics=final)
+        log_run_hparams(tb_logger, flatten_hparams(hparams), final, trainer.global_step)
     return metrics
 
 

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from pytorch_lightning import loggers
+from pytorch_lightning.core.saving import save_hparams_to_yaml
 from pytorch_lightning.loggers.logger import rank_zero_experiment
+from pytorch_lightning.utilities import rank_zero_only
 
 from attnexp.files import next_attempt
 
@@ -87,3 +89,26 @@ def start_logs(run_loggers: Iterable[loggers.Logger]) -> None:
             _ = logger.experiment  # makes the writer (rank zero only: the others write nothing)
         if isinstance(logger, loggers.TensorBoardLogger):
             logger._kwargs.pop("purge_step", None)  # Lightning's SummaryWriter(**kwargs)
+
+
+@rank_zero_only  # a relaunched rank's logger writes nothing
+def log_run_hparams(
+    logger: loggers.TensorBoardLogger, params: dict[str, Any], metrics: dict[str, float], step: int
+) -> None:
+    """The run's row of TensorBoard's HPARAMS tab: its settings and its final metrics, at `step`.
+
+    Lightning's `log_hyperparams` also writes an experiment summary, which names the columns, and
+    TensorBoard takes the first one it finds in the logdir for every run: a sweep over bag_mlp and
+    bag_attn showed only the MLP's settings and test sets. Without one, TensorBoard builds the
+    columns from every run's settings and scalar tags. Written at the final step (not 0), a
+    resumed run's earlier row is dropped with the rest of what it logged after its checkpoint.
+    """
+    from torch.utils.tensorboard.summary import hparams
+
+    logger.log_metrics(metrics, step)
+    _, session_start, session_end = hparams(params, metrics)
+    writer = logger.experiment._get_file_writer()
+    writer.add_summary(session_start, step)
+    writer.add_summary(session_end, step)
+    # tb/hparams.yaml: Lightning wrote it, empty, before the test, and never writes it again
+    save_hparams_to_yaml(Path(logger.log_dir) / logger.NAME_HPARAMS_FILE, params)
