@@ -49,7 +49,7 @@ report: setup  ## report of the newest sweep under outputs/multiruns (or DIR=<di
 	$(BIN)/python -m attnexp.report $(or $(DIR),$(lastword $(sort $(wildcard outputs/multiruns/*))),outputs)
 
 tensorboard: setup  ## serve outputs/ on http://127.0.0.1:6006
-	$(BIN)/tensorboard --logdir outputs --host 127.0.0.1 --port 6006
+	$(BIN)/tensorboard --logdir outputs --host 127.0.0.1 --port 6006 --load_fast false
 
 bench: setup  ## throughput benchmarks (runner vs plain PyTorch loop)
 	$(BIN)/python bench/bench_overhead.py

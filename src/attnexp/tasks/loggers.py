@@ -101,7 +101,8 @@ def log_run_hparams(
     TensorBoard takes the first one it finds in the logdir for every run: a sweep over bag_mlp and
     bag_attn showed only the MLP's settings and test sets. Without one, TensorBoard builds the
     columns from every run's settings and scalar tags. Written at the final step (not 0), a
-    resumed run's earlier row is dropped with the rest of what it logged after its checkpoint.
+    resumed run's earlier final metrics are dropped with the rest of what it logged after its
+    checkpoint (by TensorBoard's Python reader; the settings shown stay the first attempt's).
     """
     from torch.utils.tensorboard.summary import hparams
 
