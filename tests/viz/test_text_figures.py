@@ -37,13 +37,24 @@ def test_html_escapes_tokens_and_shades_by_the_largest_weight():
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert "<title>a &amp; b</title>" in page
     assert "rgba(220,30,30,0.250)" in page and "rgba(220,30,30,1.000)" in page
+    assert "<b>pooling</b> (peak 1.6x uniform)" in page  # 0.8 of 2 tokens' weight
 
 
 def test_heatmap_wraps_long_rows():
-    figure = token_heatmap([[f"t{i}" for i in range(7)]], torch.rand(1, 7), ["row"], wrap=3)
+    weights = torch.full((1, 7), 1 / 7)
+    figure = token_heatmap([[f"t{i}" for i in range(7)]], weights, ["row"], wrap=3)
     (ax,) = figure.axes
     assert len(ax.texts) == 7
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["row", "", ""]  # 3 + 3 + 1 tokens
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["row (peak 1.0x uniform)", "", ""]  # 3 + 3 + 1 tokens
+
+
+def test_heatmap_labels_say_how_peaked_each_row_is():
+    """Shaded by each row's own largest weight, uniform and peaked attention looked alike."""
+    weights = torch.tensor([[0.25, 0.25, 0.25, 0.25, 0.0], [0.7, 0.1, 0.1, 0.05, 0.05]])
+    figure = token_heatmap([list("abcd"), list("abcde")], weights, ["even", "peaked"])
+    labels = [t.get_text() for t in figure.axes[0].get_yticklabels()]
+    assert labels == ["even (peak 1.0x uniform)", "peaked (peak 3.5x uniform)"]
 
 
 def test_token_heatmap_draws_dollar_signs_literally():

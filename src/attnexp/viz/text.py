@@ -52,9 +52,19 @@ def token_heatmap(
 ) -> Figure:
     """One line of shaded token cells per row (wrapped every `wrap` tokens); shade = weight / row max.
 
+    The shade shows where a row's attention goes, not how peaked it is (near-uniform attention
+    shades every token alike), so each row's label says its largest weight as a multiple of the
+    uniform one, 1/n for n tokens: "(peak 1.0x uniform)" is attention spread evenly.
+
     Args:
         rows: R token lists. weights: (R, T) with T >= each row's length. labels: R row labels.
     """
+    labels = [
+        f"{label} (peak {float(weights[r, : len(tokens)].max()) * len(tokens):.1f}x uniform)"
+        if tokens
+        else label
+        for r, (label, tokens) in enumerate(zip(labels, rows, strict=True))
+    ]
     lines = list(_lines(rows, weights, labels, wrap))
     num_cols = max(1, max(len(chunk) for _, _, chunk, _ in lines))
     grid = np.full((len(lines), num_cols), np.nan)
@@ -80,7 +90,8 @@ def token_heatmap(
 
 
 def token_html(tokens: list[str], weights: dict[str, torch.Tensor], title: str) -> str:
-    """A standalone HTML page: the tokens shaded by weight (one paragraph per view), hover = value."""
+    """A standalone HTML page: the tokens shaded by weight / the view's largest (one paragraph per
+    view, its peak as a multiple of the uniform weight 1/n), hover = the weight."""
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>{html.escape(title)}</title>",
@@ -96,7 +107,9 @@ def token_html(tokens: list[str], weights: dict[str, torch.Tensor], title: str) 
             f"{html.escape(tok)}</span>"
             for tok, v in zip(tokens, w, strict=False)
         ]
-        parts.append(f"<p><b>{html.escape(tag)}</b><br>{' '.join(spans)}</p>")
+        shown = min(len(tokens), len(w))
+        spread = f" (peak {peak * shown:.1f}x uniform)" if shown and float(w.max()) > 0 else ""
+        parts.append(f"<p><b>{html.escape(tag)}</b>{spread}<br>{' '.join(spans)}</p>")
     parts.append("</body></html>")
     return "\n".join(parts)
 
