@@ -102,6 +102,9 @@ def test_tensorboard_lists_scalars_images_and_hparams(tensorboard):
     hparams = {h["name"] for h in experiment["hparamInfos"]}
     assert {"model._target_", "model.hidden_size", "scorer._target_", "seed"} <= hparams
     assert "model.attention" in hparams  # bag_attn's own setting
+    assert {"choice.model", "choice.scorer", "data_source"} <= hparams  # what tells runs apart
+    noise = {"trainer.default_root_dir", "task.optimizer._target_", "model.scorer._target_"}
+    assert not noise & hparams  # differs per run, or repeats optimizer.* / scorer.*
     metric_tags = {m["name"]["tag"] for m in experiment["metricInfos"]}
     assert {"final/val/acc_best", "final/test/acc", "final/test/acc_variable"} <= metric_tags
 
@@ -122,6 +125,10 @@ def test_tensorboard_lists_scalars_images_and_hparams(tensorboard):
     )["sessionGroups"]
     (group,) = [g for g in groups if g["name"] == run]
     assert group["hparams"]["model.hidden_size"] == 16
+    assert (
+        group["hparams"]["choice.model"] == "bag_attn"
+        and group["hparams"]["data_source"] == "sample"
+    )
     values = {m["name"]["tag"]: m["value"] for m in group["metricValues"]}
     record = json.loads((run_dir / "metrics.json").read_text())["metrics"]
     assert values["final/test/acc"] == pytest.approx(record["test/acc"])

@@ -137,6 +137,13 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
 
     config = OmegaConf.to_container(cfg, resolve=True)
     hparams = {key: config[key] for key in HPARAM_KEYS if key in config}
+    # what tells runs apart at a glance: the options chosen and the data actually read ("auto"
+    # in the config may have been the full dataset or the embedded sample)
+    hparams["choice"] = dict(record.data.get("choices", {}))
+    hparams["data_source"] = datamodule.source
+    for section, keys in HPARAM_NOISE.items():
+        for key in keys:
+            hparams.get(section, {}).pop(key, None)
     for tb_logger in [lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]:
         # The HPARAMS tab: each run's config with its final metrics. These are written as scalars
         # too, under tags of their own (final/...): under val/acc the best checkpoint's value
@@ -194,6 +201,14 @@ def best_score(checkpoint: ModelCheckpoint, best_path: str) -> float:
 
 # The parts of a config that define the experiment (not where files go or how they are logged).
 HPARAM_KEYS = ("seed", "data", "model", "scorer", "optimizer", "scheduler", "task", "trainer")
+# Keys that differ between runs without changing what they compute, or repeat another section
+# (the task holds the optimizer and scheduler configs again, a model with a scorer the scorer's).
+HPARAM_NOISE = {
+    "trainer": ("default_root_dir", "enable_progress_bar"),
+    "data": ("num_workers",),
+    "task": ("optimizer", "scheduler"),
+    "model": ("scorer",),
+}
 
 
 def flatten_hparams(tree: dict, prefix: str = "") -> dict:
