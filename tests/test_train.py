@@ -23,11 +23,12 @@ from hydra.utils import instantiate
 from imdb_data import train_in_process
 from mnist_data import FILES, idx_bytes, write_mnist
 from omegaconf import OmegaConf
+from torch.multiprocessing import ProcessRaisedException
 from torch.utils.data import DataLoader
 
 from attnexp.build import build, check_data_dir
 from attnexp.checkpoints import compose_command_cfg, find_checkpoint, load_run
-from attnexp.errors import ConfigError
+from attnexp.errors import ConfigError, spawned_refusal
 from attnexp.evaluate import (
     check_same_data,
     evaluate,
@@ -53,6 +54,9 @@ from attnexp.trainer import check_settings, purge_setting
 
 def read(path: Path) -> dict:
     return json.loads(path.read_text())
+
+
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 
 
 @pytest.fixture(scope="module")
@@ -273,12 +277,16 @@ def test_evaluate_settings_are_checked_before_loading(finished_run, tmp_path):
     for trainer, match in (
         ({"devices": "abc"}, r"trainer.devices=abc: evaluate tests in one process.*devices=1"),
         ({"devices": 2}, r"trainer.devices=2: evaluate tests in one process.*counting some"),
+        ({"precision": "16-mixed"}, r"trainer.precision=16-mixed: float16 autocast runs on GPUs"),
         ({"precision": 17}, r"trainer.precision=17.*: Precision 17 is invalid"),
         ({"limit_test_batches": 0}, r"trainer.limit_test_batches=0 must be a number of batches"),
         ({"limit_test_batches": "abc"}, r"trainer.limit_test_batches='abc' must be a number"),
     ):
         with pytest.raises(ConfigError, match=match):
             make_test_trainer(evaluate_cfg(**trainer), run_cfg, tmp_path)
+    gpu_run = OmegaConf.create({"trainer": {"precision": "16-mixed", "limit_test_batches": None}})
+    with pytest.raises(ConfigError, match=r"trainer.precision=16-mixed: .*set trainer.precision"):
+        make_test_trainer(evaluate_cfg(), gpu_run, tmp_path)  # the run's, Lightning ran bf16
     _, run_dir, _ = finished_run
     result = run_cli(tmp_path, f"ckpt_path={run_dir}", "seed=abc", module="attnexp.evaluate")
     assert result.returncode == 2 and "Traceback" not in result.stderr
@@ -290,7 +298,11 @@ def test_evaluate_says_how_a_run_that_tested_under_ddp_differs():
     assert multi_process_test_note("cpu", 2) is None
     note = multi_process_test_note("cpu x2", 2)
     assert note.startswith("the run tested in 2 processes (cpu x2), each on its share")
-    assert "up to 1 text examples counted twice) and 2 batches per process (4 in all);" in note
+    assert (
+        "(for text, up to 1 test example(s) counted twice) and trainer.limit_test_batches=2 "
+        in note
+    )
+    assert "per process (4 in all);" in note
     note = multi_process_test_note("cuda (NVIDIA H100 80GB HBM3) x4", 1.0)
     assert "in 4 processes" in note and "per process" not in note
 
@@ -441,9 +453,25 @@ def test_finite_losses_read_the_logged_values_only():
     trainer.callback_metrics["train/loss_epoch"] = torch.tensor(float("inf"))
     with pytest.raises(ConfigError, match=r"train/loss_epoch is inf at epoch 3, step 40: .*lower"):
         check.on_train_epoch_start(trainer, None)
+    trainer.precision = "16-mixed"  # its gradient scaler skipped the overflowing step
+    check.on_train_epoch_start(trainer, None)
     trainer.callback_metrics["val/loss"] = torch.tensor(float("nan"))
+    with pytest.raises(ConfigError, match=r"val/loss is nan .*16-mixed computes in float16"):
+        check.on_validation_end(trainer, None)
     trainer.sanity_checking = True  # the untrained model's check is not the run's
     check.on_validation_end(trainer, None)
+
+
+def test_a_refusal_in_a_spawned_process_is_said_as_one():
+    """ddp_spawn hands the main process torch's ProcessRaisedException, the worker's traceback."""
+    text = (
+        "\n\n-- Process 1 terminated with the following error:\nTraceback (most recent call last):\n"
+        '  File "x.py", line 1, in f\nattnexp.errors.ConfigError: val/loss is nan at epoch 0\n'
+    )
+    refusal = spawned_refusal(ProcessRaisedException(text, 1, 123))
+    assert isinstance(refusal, ConfigError) and str(refusal) == "val/loss is nan at epoch 0"
+    crash = ProcessRaisedException(text.replace("attnexp.errors.ConfigError", "KeyError"), 1, 1)
+    assert spawned_refusal(crash) is None and spawned_refusal(ValueError("x")) is None
 
 
 def test_the_record_follows_the_best_checkpoint_as_it_is_saved(tmp_path):
@@ -1104,10 +1132,20 @@ def test_last_ckpt_is_the_latest_state_not_the_best(tmp_path):
         (["trainer.val_check_interval=0"], r"trainer.val_check_interval=0 never validates"),
         (["trainer.check_val_every_n_epoch=0"], r"check_val_every_n_epoch=0 must be a whole"),
         (["trainer=cpu", "trainer.precision=16-mixed"], r"16-mixed: float16 autocast runs on GPUs"),
+        pytest.param(  # trainer=default's accelerator=auto, on a machine without CUDA
+            ["trainer.precision=16-mixed"],
+            r"trainer.precision=16-mixed: .*trainer.accelerator=auto runs on the CPU here",
+            marks=NO_CUDA,
+        ),
         # ValueError "SyncBatchNorm layers only work with GPU modules" from each spawned rank
         (
             ["trainer=ddp", "trainer.accelerator=cpu"],
             r"trainer.sync_batchnorm=true needs GPUs, .*use trainer=ddp_cpu for DDP on CPU",
+        ),
+        pytest.param(
+            ["trainer=ddp", "trainer.accelerator=auto", "trainer.precision=32-true"],
+            r"trainer.sync_batchnorm=true needs GPUs, and trainer.accelerator=auto runs on the CPU",
+            marks=NO_CUDA,
         ),
         # RuntimeError from torch.Generator.manual_seed, after loading the data
         (["model=transformer", "data.split_seed=abc"], r"data.split_seed='abc' must be a whole"),
@@ -1140,6 +1178,11 @@ def test_validation_after_every_batch_saves_the_best_checkpoint(tmp_path):
     assert best < 4, f"seed 0's best validation is the last ({accs}): pick a case that tells"
     assert checkpoint_step(run_dir / record["best_ckpt"]) == best
     assert record["metrics"]["val/acc_best"] == max(accs)
+    # without validation, Lightning's own rule (save at the epoch's end) is the one that saves
+    result = run_cli(tmp_path, *TINY, "trainer.limit_val_batches=0", "trainer.val_check_interval=1")
+    assert result.returncode == 0, result.stderr[-4000:]
+    (run_dir,) = set((tmp_path / "outputs" / "runs").iterdir()) - {run_dir}
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
 
 
 def test_debug_limit_works_with_step_validation(compose_cfg):

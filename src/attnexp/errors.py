@@ -1,5 +1,6 @@
 """The project's error type for bad user input (configs, data files, CLI arguments)."""
 
+import re
 import sys
 from typing import NoReturn
 
@@ -49,6 +50,18 @@ def require_seed(key: str, seed: object) -> None:
             f"{key}={seed!r} must be a whole number from 0 to 2**32 - 1 (set {key}=0, 1, ..."
             f"{' or null' if key == 'seed' else ''})"
         )
+
+
+def spawned_refusal(err: BaseException) -> ConfigError | None:
+    """A ConfigError raised in a ddp_spawn process (a loss that turned NaN, say) reaches the main
+    process as torch's ProcessRaisedException, whose text is that process's traceback: the
+    refusal again, to be said as one."""
+    from torch.multiprocessing import ProcessRaisedException
+
+    if not isinstance(err, ProcessRaisedException):
+        return None
+    found = re.search(rf"^{re.escape(ConfigError.__module__)}\.ConfigError: (.+)$", str(err), re.M)
+    return ConfigError(found[1]) if found else None
 
 
 def exit_with(err: ConfigError) -> NoReturn:

@@ -31,7 +31,7 @@ from attnexp.errors import ConfigError, exit_with, require_seed
 from attnexp.run_record import RunRecord
 from attnexp.runs import METRICS_FILE, natural_key, override_key
 from attnexp.train import scalar_metrics
-from attnexp.trainer import TRAINER_REFUSALS, device_name, refused_settings
+from attnexp.trainer import TRAINER_REFUSALS, check_cpu_precision, device_name, refused_settings
 
 log = logging.getLogger(__name__)
 register_resolvers()
@@ -130,7 +130,9 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
             record.warn(f"data: {note}")
         load_weights(task, ckpt, weights)
         record.update(device=device_name(trainer))
-        note = multi_process_test_note(run_record.get("device"), trainer.limit_test_batches)
+        note = multi_process_test_note(
+            run_record.get("device"), run_cfg.trainer.get("limit_test_batches")
+        )
         if note is not None:
             record.warn(note)
         trainer.test(task, datamodule=datamodule)
@@ -147,17 +149,18 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
 
 
 def multi_process_test_note(run_device: str | None, limit: int | float | None) -> str | None:
-    """What differs from a run that tested under DDP (its `device` ends " x<processes>")."""
+    """What differs from a run that tested under DDP (its `device` ends " x<processes>"); `limit`:
+    the run's trainer.limit_test_batches."""
     match = re.search(r" x(\d+)$", run_device or "")
     if match is None:
         return None
     ranks = int(match.group(1))
     note = (
         f"the run tested in {ranks} processes ({run_device}), each on its share of the test set "
-        f"padded to equal sizes (up to {ranks - 1} text examples counted twice)"
+        f"padded to equal sizes (for text, up to {ranks - 1} test example(s) counted twice)"
     )
     if type(limit) is int:
-        note += f" and {limit} batches per process ({ranks * limit} in all)"
+        note += f" and trainer.limit_test_batches={limit} per process ({ranks * limit} in all)"
     return f"{note}; this evaluation tests in one process, so its metrics may differ from the run's"
 
 
@@ -172,6 +175,7 @@ def make_test_trainer(cfg: DictConfig, run_cfg: DictConfig, out_dir: Path) -> pl
         if cfg.trainer.limit_test_batches is not None
         else run_cfg.trainer.get("limit_test_batches"),
     }
+    check_cpu_precision(settings["precision"], str(settings["accelerator"]), "trainer.precision")
     devices = settings["devices"]
     if devices not in (1, "1") and not (OmegaConf.is_list(devices) and len(devices) == 1):
         # DDP would split the test set over processes, padded to equal shares: examples counted

@@ -24,7 +24,7 @@ from pytorch_lightning.utilities.exceptions import MisconfigurationException, SI
 
 from attnexp.build import build, check_data_dir, resolved_data_dir
 from attnexp.config import register_resolvers
-from attnexp.errors import ConfigError, exit_with
+from attnexp.errors import ConfigError, exit_with, spawned_refusal
 from attnexp.files import TORCH_LOAD_ERRORS, checkpoint_value
 from attnexp.overrides import unknown_keys
 from attnexp.run_record import WORKER_KEYS, RunRecord
@@ -244,7 +244,10 @@ def run(cfg: DictConfig) -> dict[str, float]:
     try:
         metrics = fit_and_test(cfg, run_dir, record)
     except BaseException as err:  # Ctrl-C and crashes alike leave status=failed behind
-        record.fail(err)
+        refusal = spawned_refusal(err)
+        record.fail(refusal or err)
+        if refusal is not None:
+            raise refusal from err
         if isinstance(err, SIGTERMException):  # a SystemExit with code 0: make it a failure
             raise SystemExit(128 + signal.SIGTERM) from err
         raise

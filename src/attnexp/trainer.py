@@ -29,8 +29,11 @@ TRAINER_REFUSALS = (TypeError, ValueError, MisconfigurationException)  # how Lig
 
 def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Trainer:
     """The Trainer with the configured callbacks and loggers (logging from `resume_step` on)."""
-    every_batch = type(cfg.trainer.get("val_check_interval")) is int and (
-        cfg.trainer.val_check_interval == 1
+    # with no validation, Lightning's own rule (save at epoch ends) is the one that saves at all
+    every_batch = (
+        type(cfg.trainer.get("val_check_interval")) is int
+        and cfg.trainer.val_check_interval == 1
+        and cfg.trainer.get("limit_val_batches") != 0
     )
     callbacks = [
         make_callback(name, c, validates_every_batch=every_batch)
@@ -178,19 +181,31 @@ def check_settings(cfg: DictConfig) -> None:
             f"trainer=cpu, trainer=ddp_cpu for two CPU processes, or trainer=default, which "
             f"takes what there is)"
         )
-    if str(cfg.trainer.get("precision")) in ("16", "16-mixed") and accelerator == "cpu":
-        # Lightning switches to bf16-mixed with a warning; the record would say 16-mixed
-        raise ConfigError(
-            f"trainer.precision={cfg.trainer.precision}: float16 autocast runs on GPUs only (on "
-            f"CPU set trainer.precision=bf16-mixed, or 32-true)"
-        )
-    if cfg.trainer.get("sync_batchnorm") and accelerator == "cpu":
+    check_cpu_precision(cfg.trainer.get("precision"), accelerator, "trainer.precision")
+    distributed = str(cfg.trainer.get("strategy")).startswith("ddp")
+    if cfg.trainer.get("sync_batchnorm") and distributed and runs_on_cpu(accelerator):
         # torch's SyncBatchNorm stops in the spawned processes, with a traceback per rank
         raise ConfigError(
-            "trainer.sync_batchnorm=true needs GPUs, and trainer.accelerator=cpu (use "
-            "trainer=ddp_cpu for DDP on CPU, or set trainer.sync_batchnorm=false)"
+            f"trainer.sync_batchnorm=true needs GPUs, and trainer.accelerator={accelerator} runs "
+            f"on the CPU here (use trainer=ddp_cpu for DDP on CPU, or set "
+            f"trainer.sync_batchnorm=false)"
         )
     check_val_interval(cfg.trainer)
+
+
+def runs_on_cpu(accelerator: str) -> bool:
+    return accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+
+
+def check_cpu_precision(precision: object, accelerator: str, setting: str) -> None:
+    """Lightning runs float16 autocast on the CPU as bf16-mixed, with a warning; the run's config
+    and record would still say 16-mixed."""
+    if str(precision) in ("16", "16-mixed") and runs_on_cpu(accelerator):
+        raise ConfigError(
+            f"{setting}={precision}: float16 autocast runs on GPUs only, and "
+            f"trainer.accelerator={accelerator} runs on the CPU here (set {setting}=bf16-mixed, "
+            f"or 32-true)"
+        )
 
 
 def check_val_interval(trainer_cfg: DictConfig) -> None:
