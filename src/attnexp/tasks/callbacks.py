@@ -185,9 +185,9 @@ class EpochHistory(pl.Callback):
 
 
 class FiniteLosses(pl.Callback):
-    """Ends a run whose loss turned NaN or infinite: its weights are then mostly no longer numbers,
-    and it went on to test them and record "completed" with an accuracy of 0. Checked once per validation and
-    per epoch (from the logged values: no extra GPU sync per step)."""
+    """Ends a run whose loss turned NaN or infinite: its weights are then mostly no longer
+    numbers, and it went on to test them and record "completed" with an accuracy of 0. Checked
+    once per validation and per epoch (from the logged values: no extra GPU sync per step)."""
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:  # the sanity check runs the untrained model
@@ -204,9 +204,9 @@ class FiniteLosses(pl.Callback):
         value = trainer.callback_metrics.get(key)
         if value is None or bool(torch.isfinite(value).all()):
             return
-        if key.startswith("train/") and str(trainer.precision) in ("16", "16-mixed"):
-            return  # the gradient scaler skips a step whose loss overflowed: the weights are fine
         precision = str(trainer.precision)
+        if key.startswith("train/") and precision in ("16", "16-mixed"):
+            return  # the gradient scaler skips a step whose loss overflowed: the weights are fine
         cause = (
             f"trainer.precision={precision} computes in float16, which under- and overflows: "
             f"use bf16-mixed or 32-true"
