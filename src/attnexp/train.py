@@ -135,15 +135,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         trainer.test(task, datamodule=datamodule, ckpt_path=best or None, verbose=verbose)
         metrics.update(scalar_metrics(trainer.callback_metrics))
 
-    config = OmegaConf.to_container(cfg, resolve=True)
-    hparams = {key: config[key] for key in HPARAM_KEYS if key in config}
-    # what tells runs apart at a glance: the options chosen and the data actually read ("auto"
-    # in the config may have been the full dataset or the embedded sample)
-    hparams["choice"] = dict(record.data.get("choices", {}))
-    hparams["data_source"] = datamodule.source
-    for section, keys in HPARAM_NOISE.items():
-        for key in keys:
-            hparams.get(section, {}).pop(key, None)
+    hparams = run_hparams(cfg, record.data.get("choices", {}), datamodule.source)
     for tb_logger in [lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]:
         # The HPARAMS tab: each run's config with its final metrics. These are written as scalars
         # too, under tags of their own (final/...): under val/acc the best checkpoint's value
@@ -209,6 +201,18 @@ HPARAM_NOISE = {
     "task": ("optimizer", "scheduler"),
     "model": ("scorer",),
 }
+
+
+def run_hparams(cfg: DictConfig, choices: dict, data_source: str) -> dict:
+    """A run's settings for TensorBoard's HPARAMS tab: the config sections that define the
+    experiment, less HPARAM_NOISE, plus what tells runs apart at a glance: the options chosen and
+    the data actually read ("auto" in the config may have been the full dataset or the sample)."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    hparams = {key: config[key] for key in HPARAM_KEYS if key in config}
+    for section, keys in HPARAM_NOISE.items():
+        for key in keys:
+            hparams.get(section, {}).pop(key, None)
+    return {**hparams, "choice": dict(choices), "data_source": data_source}
 
 
 def flatten_hparams(tree: dict, prefix: str = "") -> dict:
