@@ -9,7 +9,8 @@ Adam (lr 1e-3) on bags of 3 from the same BagMNISTDataModule: fresh training bag
 DataModule's loader, normalised by its `on_after_batch_transfer`.
 - runner: `pl.Trainer` + `ClassificationTask`, as in a real run minus its I/O: train metrics (acc,
   macro F1) are computed and logged, but no logger writes them, no checkpoint, no validation.
-  `--full` adds what a real run adds: TensorBoard logger and ModelCheckpoint (save_last) at the end.
+  `--full` adds a TensorBoard logger and ModelCheckpoint (save_last); the checkpoints are saved
+  at the epoch's end, after the window closes, so it times the logging only.
   `--bare` swaps the task for a LightningModule that only returns the loss (no metrics, no
   logging): its ratio is the cost of Lightning's training loop alone.
 - plain: for batch in loader: forward, cross-entropy, zero_grad, backward, step. With
@@ -46,6 +47,7 @@ def make_model(dm: BagMNISTDataModule, hidden: int) -> BagAttention:
         hidden_size=hidden,
         attention="context",
         scorer=AdditiveScorer,
+        pooled_norm=None,  # as conf/model/bag_attn.yaml: the book's head (BatchNorm first)
     )
 
 
@@ -54,19 +56,17 @@ def adam(params):
 
 
 def plain_loop(dm: BagMNISTDataModule, model: torch.nn.Module, args: argparse.Namespace) -> float:
-    warmup = args.warmup
     model.to(args.device).train()
     optimizer = adam(model.parameters())
     train_stats = (
         ClassificationStats(dm.num_classes).to(args.device) if args.plain_metrics else None
     )
-    bags, start = 0, None
-    for i, batch in enumerate(dm.train_dataloader()):
-        if i == warmup + args.batches:
-            break
-        if i == warmup:
-            start = benchkit.clock(args.device)
-        batch = dm.on_after_batch_transfer(benchkit.to_device(batch, args.device), 0)
+
+    def prepare(batch: dict) -> dict:  # what Lightning does before on_train_batch_start
+        return dm.on_after_batch_transfer(benchkit.to_device(batch, args.device), 0)
+
+    timed = benchkit.PlainWindow(args.warmup, args.batches, args.device)
+    for batch in timed.window(dm.train_dataloader(), prepare):
         with benchkit.autocast(args):
             logits = model(items=batch["items"], mask=batch["mask"])
             loss = F.cross_entropy(logits, batch["labels"])
@@ -75,11 +75,9 @@ def plain_loop(dm: BagMNISTDataModule, model: torch.nn.Module, args: argparse.Na
         optimizer.step()
         if train_stats is not None:
             train_stats.update(logits.detach(), batch["labels"], loss)
-        bags += len(batch["labels"]) if i >= warmup else 0
-    rate = bags / (benchkit.clock(args.device) - start)
     if train_stats is not None:
         train_stats.compute()  # once per epoch: outside the window, as on the runner side
-    return rate
+    return timed.rate
 
 
 def runner(dm: BagMNISTDataModule, model: torch.nn.Module, args: argparse.Namespace) -> float:

@@ -54,21 +54,17 @@ def runner_segment(dm, vocab_size, batches, warmup, args) -> float:
 def plain_segment(dm, vocab_size, batches, warmup, args) -> float:
     model = make_model(vocab_size, 0).to(args.device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    reviews, start = 0, None
-    for i, batch in enumerate(dm.train_dataloader()):
-        if i == warmup + batches:
-            break
-        if i == warmup:
-            start = benchkit.clock(args.device)
-        batch = benchkit.to_device(batch, args.device)
+    timed = benchkit.PlainWindow(warmup, batches, args.device)
+    for batch in timed.window(
+        dm.train_dataloader(), lambda batch: benchkit.to_device(batch, args.device)
+    ):
         with benchkit.autocast(args):
             logits = model(batch["input_ids"], batch["mask"])
             loss = F.cross_entropy(logits, batch["labels"])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        reviews += len(batch["labels"]) if i >= warmup else 0
-    return reviews / (benchkit.clock(args.device) - start)
+    return timed.rate
 
 
 def tokenization_throughput(texts: list[str], max_seq_len: int) -> dict:

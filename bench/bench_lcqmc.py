@@ -53,21 +53,21 @@ def optimizer_for(model: torch.nn.Module, steps: int):
 
 
 def plain_loop(model, batches: list[dict], args: argparse.Namespace) -> float:
-    warmup = args.warmup
     model.to(args.device).train()
     optimizer, scheduler = optimizer_for(model, len(batches))
-    for i, batch in enumerate(batches):
-        if i == warmup:
-            start = benchkit.clock(args.device)
-        inputs, labels = split_batch(benchkit.to_device(batch, args.device))
+    timed = benchkit.PlainWindow(args.warmup, len(batches) - args.warmup, args.device)
+    # the runner's DataLoader: its iterator draws a seed from torch's RNG, so the dropout masks
+    # of the two sides are the same only if both read the batches through one
+    loader = DataLoader(batches, batch_size=None, shuffle=False)
+    for batch in timed.window(loader, lambda batch: benchkit.to_device(batch, args.device)):
+        inputs, labels = split_batch(batch)
         with benchkit.autocast(args):
             loss = F.cross_entropy(model(**inputs), labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         scheduler.step()
-    pairs = sum(len(b["labels"]) for b in batches[warmup:])
-    return pairs / (benchkit.clock(args.device) - start)
+    return timed.rate
 
 
 def runner(model, batches: list[dict], args: argparse.Namespace) -> float:

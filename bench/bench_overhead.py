@@ -43,17 +43,15 @@ def adam(params):
 
 def plain(batches: list[dict], warmup: int) -> float:
     torch.manual_seed(0)
-    model, samples = Linear(), 0
+    model = Linear()
     optimizer = adam(model.parameters())
-    for i, batch in enumerate(DataLoader(batches, batch_size=None)):
-        if i == warmup:
-            start = benchkit.clock()
+    timed = benchkit.PlainWindow(warmup, len(batches) - warmup)
+    for batch in timed.window(DataLoader(batches, batch_size=None)):
         loss = F.cross_entropy(model(batch["x"]), batch["labels"])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        samples += len(batch["labels"]) if i >= warmup else 0
-    return samples / (benchkit.clock() - start)
+    return timed.rate
 
 
 def runner(batches: list[dict], warmup: int, bare: bool) -> float:

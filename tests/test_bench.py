@@ -107,3 +107,45 @@ def test_bench_lstm_impl(tmp_path, monkeypatch):
     assert set(result["seconds_per_step"]) == {"packed", "reversed", "padded"}
     assert all(len(v) == 2 for v in result["seconds_per_step_rounds"].values())
     assert result["packed_over_reversed"] > 0 and result["machine"]["torch_threads"] == 1
+
+
+def test_the_bag_bench_trains_a_runs_model(compose_cfg, monkeypatch):
+    """It built context attention without the book's head (no BatchNorm on the pooled vector),
+    which a run of model=bag_attn has had since session 11."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    from bench_bag_mnist import make_model
+
+    from attnexp.build import build_model
+    from attnexp.data.bag_mnist import BagMNISTDataModule
+
+    dm = BagMNISTDataModule("nowhere", source="sample", bag_size=3)
+    dm.setup("fit")
+    cfg = compose_cfg("model=bag_attn", "scorer=additive", "model.hidden_size=256")
+    assert str(make_model(dm, 256)) == str(build_model(cfg.model, dm))
+
+
+def test_the_plain_window_times_what_the_runners_does(monkeypatch):
+    """From batch `warmup`, fetched and prepared, to the end of the last timed step: it also
+    timed one more fetch (and the first batch's preparation) than the runner's window."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import benchkit
+
+    fetched = []
+
+    def loader():
+        for i in range(10):
+            fetched.append(i)
+            yield {"labels": torch.zeros(4)}
+
+    timed = benchkit.PlainWindow(warmup=2, batches=3)
+    steps = [batch for batch in timed.window(loader(), lambda batch: batch)]
+    assert len(steps) == 5 and fetched == [0, 1, 2, 3, 4]  # no fetch after the last timed batch
+    assert timed.samples == 12 and timed.rate > 0
+
+
+def test_quartiles_stay_within_the_measured_ratios(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    import benchkit
+
+    result = benchkit.summarize([100.0, 100.0], [90.0, 100.0])  # ratios 0.9 and 1.0
+    assert 0.9 <= result["ratio_q1"] <= result["ratio_median"] <= result["ratio_q3"] <= 1.0
