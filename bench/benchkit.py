@@ -170,8 +170,8 @@ class PlainWindow:
             if i >= self.warmup:
                 self.samples += len(batch["labels"])
             if i == self.warmup + self.batches - 1:
-                self.end = clock(self.device)
-                return
+                break
+        self.end = clock(self.device)  # also where a short loader ran out first
 
     @property
     def rate(self) -> float:
