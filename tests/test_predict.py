@@ -11,6 +11,7 @@ from imdb_data import TINY_MODEL, train_in_process, write_imdb
 from lcqmc_data import write_lcqmc
 from omegaconf import OmegaConf
 
+from attnexp.checkpoints import load_run_config, longer_than_trained
 from attnexp.predict import main, split_args
 
 SHORT_TRAINING = (
@@ -324,3 +325,7 @@ def test_a_longer_max_seq_len_than_trained_is_said(pair_run_dir, capsys, tmp_pat
     assert rc == 0
     assert "data.max_seq_len=64 is above the 16 the run was trained with" in caplog.text
     assert "positions the model never saw in training" in caplog.text
+    # evaluate keeps the note in its record, as it does the data notes
+    run_cfg = load_run_config(pair_run_dir, ["data.max_seq_len=64"])
+    assert longer_than_trained(pair_run_dir, run_cfg).startswith("data.max_seq_len=64 is above")
+    assert longer_than_trained(pair_run_dir, load_run_config(pair_run_dir)) is None

@@ -212,9 +212,7 @@ def load_run_config(
     cfg = read_run_yaml(run_dir / CONFIG_FILE, OmegaConf.load)
     OmegaConf.update(cfg, "paths.output_dir", str(output_dir or run_dir), force_add=True)
     check_no_group_override(list(overrides), load_choices(run_dir))
-    trained_len = OmegaConf.select(cfg, "data.max_seq_len")
     cfg = apply_overrides(cfg, list(overrides))
-    warn_longer_than_trained(trained_len, OmegaConf.select(cfg, "data.max_seq_len"))
     for line in overrides:
         if override_key(line) in SEED_KEYS:
             key = override_key(line)
@@ -226,18 +224,19 @@ def load_run_config(
     return cfg
 
 
-def warn_longer_than_trained(trained: int | None, given: int | None) -> None:
-    """A longer data.max_seq_len loads (sinusoidal positions and the LSTM take any length), but the
-    model never saw those positions: say so, since its answers there are extrapolation."""
-    if isinstance(trained, int) and isinstance(given, int) and given > trained:
-        log.warning(
-            "data.max_seq_len=%d is above the %d the run was trained with: tokens past position "
-            "%d are positions the model never saw in training, so its outputs on longer texts "
-            "are extrapolation",
-            given,
-            trained,
-            trained,
-        )
+def longer_than_trained(run_dir: str | Path, cfg: DictConfig) -> str | None:
+    """A data.max_seq_len override above the run's own loads (sinusoidal positions and the LSTM
+    take any length), but the model never saw those positions: the note that says so."""
+    saved = read_run_yaml(Path(run_dir) / CONFIG_FILE, OmegaConf.load)
+    trained = OmegaConf.select(saved, "data.max_seq_len")
+    given = OmegaConf.select(cfg, "data.max_seq_len")
+    if not (isinstance(trained, int) and isinstance(given, int) and given > trained):
+        return None
+    return (
+        f"data.max_seq_len={given} is above the {trained} the run was trained with: tokens past "
+        f"position {trained} are positions the model never saw in training, so its outputs on "
+        f"longer texts are extrapolation"
+    )
 
 
 def check_no_group_override(overrides: list[str], choices: dict[str, str | None]) -> None:

@@ -21,6 +21,7 @@ from attnexp.checkpoints import (
     given_ckpt_path,
     load_run,
     load_weights,
+    longer_than_trained,
     read_record,
     read_weights,
     run_settings_hint,
@@ -89,6 +90,9 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
     )
     record.start()
     try:
+        longer = longer_than_trained(run_dir, run_cfg)
+        if longer is not None:
+            record.warn(longer)
         require_seed("seed", cfg.seed)
         pl.seed_everything(cfg.seed if cfg.seed is not None else run_cfg.seed, workers=True)
         # Built now: a trainer.* setting Lightning refuses is said before any data is loaded.

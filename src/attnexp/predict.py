@@ -28,6 +28,7 @@ from attnexp.checkpoints import (
     given_ckpt_path,
     load_run,
     load_weights,
+    longer_than_trained,
     read_weights,
     run_settings_hint,
 )
@@ -205,6 +206,9 @@ def predict(cfg: DictConfig, raw: dict[str, str]) -> list[dict]:
     )
     check_out_dir(out_dir)
     run_cfg, choices, run_dir, ckpt = load_run(cfg.ckpt_path, list(cfg.overrides))
+    longer = longer_than_trained(run_dir, run_cfg)
+    if longer is not None:
+        log.warning(longer)
     check_config(run_cfg, choices)
     model_name = choices.get("model")
     examples = read_examples(cfg, raw, raw_fields_of(run_cfg, model_name), model_name)
