@@ -109,10 +109,16 @@ def test_bench_lstm_impl(tmp_path, monkeypatch):
     assert result["packed_over_reversed"] > 0 and result["machine"]["torch_threads"] == 1
 
 
-def test_the_bag_bench_trains_a_runs_model(compose_cfg, monkeypatch):
+@pytest.fixture
+def bench_importable(monkeypatch):
+    """bench/ on sys.path, so that its scripts and benchkit import as modules."""
+    monkeypatch.syspath_prepend(str(BENCH))
+
+
+@pytest.mark.usefixtures("bench_importable")
+def test_the_bag_bench_trains_a_runs_model(compose_cfg):
     """It built context attention without the book's head (no BatchNorm on the pooled vector),
     which a run of model=bag_attn has had since session 11."""
-    monkeypatch.syspath_prepend(str(BENCH))
     from bench_bag_mnist import make_model
 
     from attnexp.build import build_model
@@ -124,10 +130,10 @@ def test_the_bag_bench_trains_a_runs_model(compose_cfg, monkeypatch):
     assert str(make_model(dm, 256)) == str(build_model(cfg.model, dm))
 
 
-def test_the_plain_window_times_what_the_runners_does(monkeypatch):
+@pytest.mark.usefixtures("bench_importable")
+def test_the_plain_window_times_what_the_runners_does():
     """From batch `warmup`, fetched and prepared, to the end of the last timed step: it also
     timed one more fetch (and the first batch's preparation) than the runner's window."""
-    monkeypatch.syspath_prepend(str(BENCH))
     import benchkit
 
     fetched = []
@@ -143,8 +149,8 @@ def test_the_plain_window_times_what_the_runners_does(monkeypatch):
     assert timed.samples == 12 and timed.rate > 0
 
 
-def test_quartiles_stay_within_the_measured_ratios(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
+@pytest.mark.usefixtures("bench_importable")
+def test_quartiles_stay_within_the_measured_ratios():
     import benchkit
 
     result = benchkit.summarize([100.0, 100.0], [90.0, 100.0])  # ratios 0.9 and 1.0

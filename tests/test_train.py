@@ -1189,7 +1189,7 @@ def test_debug_limit_works_with_step_validation(compose_cfg):
     check_settings(compose_cfg("experiment=nndl_imdb_mean", "debug=limit"))
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+@NO_CUDA
 def test_gpu_trainer_without_a_gpu(compose_cfg):
     with pytest.raises(ConfigError, match=r"trainer.accelerator=gpu: this machine sees no CUDA"):
         check_settings(compose_cfg("trainer=gpu"))
