@@ -168,3 +168,41 @@ def test_update_does_not_sync_on_cuda():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert int(stats.confusion.sum()) == 64
+
+
+def test_hook_name_is_set_without_module_setattr(monkeypatch):
+    """Lightning names the running hook in `_current_fx_name` around every hook call (~44 times
+    a training step); the task sets it as a plain attribute, skipping nn.Module.__setattr__'s
+    checks. If Lightning stopped using that name, the fast path would be dead code: the first
+    assertion says so."""
+    torch.manual_seed(0)
+    seen = []
+
+    class Spy(ClassificationTask):
+        def training_step(self, batch, batch_idx):
+            seen.append(self._current_fx_name)
+            return super().training_step(batch, batch_idx)
+
+    task = Spy(Linear(), 3, torch.optim.Adam)
+    calls = []
+    module_setattr = nn.Module.__setattr__
+
+    def counting(self, name, value):
+        calls.append(name)
+        module_setattr(self, name, value)
+
+    monkeypatch.setattr(nn.Module, "__setattr__", counting)
+    batches = [{"x": torch.randn(5, 4), "labels": torch.randint(0, 3, (5,))} for _ in range(2)]
+    trainer = pl.Trainer(
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+    )
+    trainer.fit(task, DataLoader(batches, batch_size=None))
+    assert seen == ["training_step", "training_step"]
+    assert "_current_fx_name" not in calls
+    task._current_fx_name = None
+    assert task._current_fx_name is None and "_current_fx_name" in vars(task)
