@@ -48,6 +48,23 @@ def test_splits_loaders_and_eval_sets(data_dir):
     assert (batch["items"][~batch["mask"]] == 0).all()  # padded slots are zero after normalising
 
 
+def test_normalising_keeps_the_formula_bits_and_the_input(data_dir):
+    """`(x / 255 - mean) / std * mask` to the bit (recorded runs reproduce exactly), computed on a
+    copy: the loader's batch, uint8 or already float, is left as it was."""
+    from attnexp.data.bag_mnist import MNIST_MEAN, MNIST_STD
+
+    dm = make(data_dir, eval_variable_max=4)
+    raw = first(dm.test_dataloader()[-1])
+    expected = (
+        (raw["items"].float() / 255.0 - MNIST_MEAN) / MNIST_STD * raw["mask"][:, :, None, None]
+    )
+    for items in (raw["items"], raw["items"].float()):
+        kept = items.clone()
+        batch = dm.on_after_batch_transfer({**raw, "items": items}, 0)
+        assert torch.equal(batch["items"][:, :, 0], expected)
+        assert torch.equal(items, kept)
+
+
 def test_val_and_test_bags_fixed_per_seed_train_bags_resampled(data_dir):
     a, b = make(data_dir), make(data_dir)
     assert torch.equal(first(a.val_dataloader())["items"], first(b.val_dataloader())["items"])

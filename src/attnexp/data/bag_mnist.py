@@ -263,8 +263,11 @@ class BagMNISTDataModule(AttnDataModule):
     def on_after_batch_transfer(self, batch: dict, dataloader_idx: int) -> dict:
         """uint8 (B, T, S, S) -> normalised float (B, T, 1, S, S), padded slots zero; on the device,
         in the model's dtype (bf16 under trainer.precision=bf16-true)."""
-        items = (batch["items"].float() / 255.0 - MNIST_MEAN) / MNIST_STD
-        items = items * batch["mask"][:, :, None, None]
+        # In place on one fresh copy: the same operations in the same order as
+        # `(x / 255 - mean) / std * mask`, so the same bits, without three more batch-sized
+        # allocations (~0.1-0.3 ms a batch of 128 bags of 3 on one CPU core).
+        items = batch["items"].to(torch.float32, copy=True)
+        items.div_(255.0).sub_(MNIST_MEAN).div_(MNIST_STD).mul_(batch["mask"][:, :, None, None])
         module = self.trainer.lightning_module if self.trainer is not None else None
         dtype = module.dtype if module is not None else torch.float32
         return {**batch, "items": items.unsqueeze(2).to(dtype)}  # (B, T, 1, S, S): one channel
