@@ -2,6 +2,7 @@
 
 import json
 import re
+import shutil
 
 import pytest
 import torch
@@ -329,3 +330,42 @@ def test_a_longer_max_seq_len_than_trained_is_said(pair_run_dir, capsys, tmp_pat
     run_cfg = load_run_config(pair_run_dir, ["data.max_seq_len=64"])
     assert longer_than_trained(pair_run_dir, run_cfg).startswith("data.max_seq_len=64 is above")
     assert longer_than_trained(pair_run_dir, load_run_config(pair_run_dir)) is None
+
+
+def test_a_match_feature_run_from_before_unk_matches_says_which_rule(tmp_path, capsys):
+    """model.unk_matches came after runs with the exact-match feature were made, and the two rules
+    give different numbers for one checkpoint: such a run's config (the key removed, as it was
+    saved then) is refused with the override to give, and rebuilt with it gives the run's answer."""
+    write_lcqmc(tmp_path / "data", {"dev": 40, "test": 8})
+    cfg = compose_train(
+        tmp_path,
+        "experiment=nndl_lcqmc_tuned",
+        "model.hidden_size=16",
+        "model.ffn_size=32",
+        "data.train_split=dev",
+        "data.max_seq_len=16",
+        "data.batch_size=8",
+        "logger=csv",
+        "trainer.enable_progress_bar=false",
+        "trainer.accelerator=cpu",
+        *SHORT_TRAINING,
+    )
+    train_in_process(cfg, tmp_path / "run")
+    pair = ["text_a=电脑怎么录像", "text_b=如何录视频"]
+    rc, today, err = predict(
+        capsys, f"ckpt_path={tmp_path / 'run'}", *pair, f"out_dir={tmp_path / 'a'}"
+    )
+    assert rc == 0, today + err
+    old = tmp_path / "old"
+    shutil.copytree(tmp_path / "run", old)
+    saved = old / ".hydra" / "config.yaml"
+    run_cfg = OmegaConf.load(saved)
+    del run_cfg.model["unk_matches"]
+    OmegaConf.save(run_cfg, saved)
+    rc, _, err = predict(capsys, f"ckpt_path={old}", *pair, f"out_dir={tmp_path / 'b'}")
+    assert rc != 0 and re.search(r"needs model.unk_matches.*before commit 40b6d93", err), err
+    rule = 'overrides=["+model.unk_matches=false"]'
+    rc, rebuilt, _ = predict(capsys, f"ckpt_path={old}", *pair, rule, f"out_dir={tmp_path / 'c'}")
+    assert rc == 0
+    rows = [json.loads((tmp_path / d / "predictions.jsonl").read_text()) for d in "ac"]
+    assert rows[0]["probability"] == rows[1]["probability"] and rows[0]["label"] == rows[1]["label"]

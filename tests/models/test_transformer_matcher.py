@@ -25,7 +25,7 @@ def pair_batch():
         {"position": "learned"},
         {"depth": 1},
         {"impl": "torch", "norm": "pre"},
-        {"match_embedding": True},
+        {"match_embedding": True, "unk_matches": False, "unk_id": 1},
     ],
 )
 def test_shapes_attention_and_padding_invariance(options):
@@ -60,13 +60,25 @@ def test_exact_match_never_matches_unknown_tokens():
 
 def test_matcher_passes_unk_id_to_the_match_feature():
     torch.manual_seed(0)
-    model = TransformerMatcher(**SMALL, match_embedding=True, unk_id=1).eval()
-    ids_blind = TransformerMatcher(**SMALL, match_embedding=True).eval()
+    model = TransformerMatcher(**SMALL, match_embedding=True, unk_id=1, unk_matches=False).eval()
+    ids_blind = TransformerMatcher(**SMALL, match_embedding=True, unk_id=1, unk_matches=True)
+    ids_blind.eval()
     ids_blind.load_state_dict(model.state_dict())
     ids, segments, mask = pair_batch()
     assert torch.equal(model(ids, segments, mask), ids_blind(ids, segments, mask))  # no [UNK]
     ids[0, 1], ids[0, 4] = 1, 1  # an [UNK] in each sentence of pair 0
     assert not torch.equal(model(ids, segments, mask)[0], ids_blind(ids, segments, mask)[0])
+
+
+def test_match_embedding_needs_the_unk_rule_said():
+    """A run made before model.unk_matches existed lacks it in its saved config, and its two
+    possible rules give different numbers: rebuilt without it, the model refuses, naming the
+    override; without the match feature the rule does not matter."""
+    with pytest.raises(ConfigError, match=r"needs model.unk_matches.*\+model.unk_matches=true"):
+        TransformerMatcher(**SMALL, match_embedding=True, unk_id=1)
+    with pytest.raises(ConfigError, match=r"unk_matches=false needs the tokenizer's \[UNK\] id"):
+        TransformerMatcher(**SMALL, match_embedding=True, unk_matches=False)
+    TransformerMatcher(**SMALL, unk_id=1)  # no match feature: no rule needed
 
 
 def test_custom_and_torch_have_the_same_parameter_count():
