@@ -369,3 +369,12 @@ def test_a_match_feature_run_from_before_unk_matches_says_which_rule(tmp_path, c
     assert rc == 0
     rows = [json.loads((tmp_path / d / "predictions.jsonl").read_text()) for d in "ac"]
     assert rows[0]["probability"] == rows[1]["probability"] and rows[0]["label"] == rows[1]["label"]
+
+
+def test_help_and_hydra_flags(capsys):
+    """predict parses its own command line: --help shows its settings, and Hydra's flags, which
+    ended in Hydra's lexer error (LexerNoViableAltException: --help), are refused by name."""
+    rc, out, _ = predict(capsys, "--help")
+    assert rc == 0 and "texts_file:" in out and "ckpt_path=<ckpt or run dir>" in out
+    rc, _, err = predict(capsys, "ckpt_path=x", "--cfg", "job")
+    assert rc == 2 and "takes key=value arguments only, not --cfg" in err
