@@ -91,6 +91,24 @@ def test_sweep_subdir_names_only_the_swept_overrides(tmp_path):
     assert len(long) < 200
 
 
+def test_a_command_line_value_wins_over_the_sweepers_params(tmp_path):
+    """`-m experiment=bag_table seed=0`: the experiment's params list seeds 0,1,2, the command line
+    fixes seed 0, so the jobs are named by their row only."""
+    OmegaConf.save(
+        {
+            "hydra": {
+                "overrides": {"task": ["experiment=bag_table", "seed=0"]},
+                "sweeper": {"params": {"+experiment/bag": "mlp,dot", "seed": "0,1,2"}},
+            }
+        },
+        tmp_path / "multirun.yaml",
+    )
+    assert swept_keys(tmp_path) == {"experiment/bag"}
+    job = ["experiment=bag_table", "seed=0", "+experiment/bag=dot"]
+    params = {"+experiment/bag": "mlp,dot", "seed": "0,1,2"}
+    assert sweep_subdir(1, str(tmp_path), job, "fallback", params) == "1_bag=dot"
+
+
 @pytest.mark.parametrize(
     ("variant", "target", "backbone", "attention", "scorer"),
     [

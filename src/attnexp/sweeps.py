@@ -44,11 +44,20 @@ def swept_keys(sweep_dir: str | Path) -> set[str] | None:
     if not path.is_file():
         return None
     hydra_cfg = OmegaConf.load(path).hydra
-    lines = list(hydra_cfg.overrides.task)
+    parser = OverridesParser.create()
+    given = parser.parse_overrides(list(hydra_cfg.overrides.task))
     params = OmegaConf.select(hydra_cfg, "sweeper.params", default=None) or {}
-    lines += [f"{key}={value}" for key, value in params.items()]
-    parsed = OverridesParser.create().parse_overrides(lines)
-    return {o.key_or_group for o in parsed if o.is_sweep_override()}
+    # The command line wins over the sweeper's params: `-m experiment=bag_table seed=0` sweeps
+    # the rows, not the seeds the experiment lists.
+    on_command_line = {o.key_or_group.lstrip("+~") for o in given}
+    from_params = parser.parse_overrides(
+        [
+            f"{key}={value}"
+            for key, value in params.items()
+            if key.lstrip("+~") not in on_command_line
+        ]
+    )
+    return {o.key_or_group for o in [*given, *from_params] if o.is_sweep_override()}
 
 
 def _short(line: str) -> str:
@@ -60,9 +69,12 @@ def _short(line: str) -> str:
 def sweep_subdir(num: int, sweep_dir: str, overrides: list[str], fallback: str, params=None) -> str:
     """`<job num>_<swept overrides>`, e.g. `3_bag=dot,seed=1`; `fallback` if none are known.
 
-    `params`: the job's `hydra.sweeper.params` (sweepers such as Optuna write no multirun.yaml).
+    `params`: the job's `hydra.sweeper.params`, read where the sweep wrote no multirun.yaml
+    (sweepers such as Optuna).
     """
-    keys = (swept_keys(sweep_dir) or set()) | {str(k).lstrip("+~") for k in (params or {})}
+    keys = swept_keys(sweep_dir)
+    if keys is None:
+        keys = {str(k).lstrip("+~") for k in (params or {})}
     parser = OverridesParser.create()
     varied = [
         o.input_line
