@@ -280,6 +280,22 @@ def test_runs_on_other_data_are_not_averaged(tmp_path):
     assert rows["sample"][3] == "0.6000" and rows["local:/other"][3] == "0.7000"
 
 
+def test_the_data_all_runs_read_is_said(tmp_path):
+    """A sweep on the embedded sample reads like results unless the report says so."""
+    for seed in (0, 1):
+        write_run(
+            tmp_path / "s", f"r{seed}", seed=seed, data_source="sample", metrics={"test/acc": 0.7}
+        )
+    written = report.write_report(tmp_path / "s")
+    assert (
+        "Data: the package's embedded sample, not the full dataset"
+        in written["markdown"].read_text()
+    )
+    assert {row["data_source"] for row in csv.DictReader(written["csv"].open())} == {"sample"}
+    write_run(tmp_path / "l", "r0", data_source="local", data_dir="/d", metrics={"test/acc": 0.9})
+    assert "Data: local:/d." in report.write_report(tmp_path / "l")["markdown"].read_text()
+
+
 def test_the_recorded_absolute_data_dir_tells_local_data_apart(tmp_path):
     for name, data_dir in (("from_a", "/a/data"), ("from_b", "/b/data")):  # both ran with ./data
         write_run(tmp_path, name, data_source="local", data_dir=data_dir, metrics={"test/acc": 0.5})

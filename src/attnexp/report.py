@@ -47,7 +47,8 @@ def run_rows(runs: list[Run]) -> tuple[list[str], list[dict]]:
     """The CSV: one row per run, every metric."""
     varied = varied_keys(runs)
     metrics = metric_columns(runs, main_only=False)
-    header = ["run", "status", "seed", *varied, "epochs", "duration_s", *metrics]
+    data = [] if DATA_KEY in varied else [DATA_KEY]  # always a column: sample or full data
+    header = ["run", "status", "seed", *varied, *data, "epochs", "duration_s", *metrics]
     header += ["error", "repeat_of", "machine", "commit"]
     rows = []
     for run in runs:
@@ -56,6 +57,7 @@ def run_rows(runs: list[Run]) -> tuple[list[str], list[dict]]:
             "status": run.status,
             "seed": run.seed,
             **run.variant,
+            DATA_KEY: run.settings.get(DATA_KEY),
             "epochs": len(run.history),
             "duration_s": run.duration_s,
             "error": run.error,
@@ -277,6 +279,8 @@ def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
         parts.append(
             f"The runs saw different data ({DATA_KEY}: {sources}), never averaged together."
         )
+    else:
+        parts.append(data_line(runs))
     for labels in same_config_variants(runs):
         log.warning("variants %s ran one and the same config", " / ".join(labels))
         parts.append(
@@ -307,6 +311,20 @@ def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
     written["markdown"] = out_dir / "report.md"
     written["markdown"].write_text("\n".join(parts))
     return written
+
+
+def data_line(runs: list[Run]) -> str:
+    """What the runs read, said when they all read the same: tables from the embedded sample
+    look like results otherwise."""
+    source = next((r.settings[DATA_KEY] for r in runs if DATA_KEY in r.settings), None)
+    if source is None:
+        return "Data: not recorded."
+    if source == "sample":
+        return (
+            "Data: the package's embedded sample, not the full dataset: these numbers try the "
+            "tool out and are no results (give paths.data_dir=<data> for real runs)."
+        )
+    return f"Data: {source}."
 
 
 def main(argv: list[str] | None = None) -> int:
