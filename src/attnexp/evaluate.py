@@ -141,6 +141,8 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
             record.warn(note)
         trainer.test(task, datamodule=datamodule)
         metrics = scalar_metrics(trainer.callback_metrics)
+        for note in task.notes:
+            record.warn(note)
     except BaseException as err:
         record.fail(err)
         raise

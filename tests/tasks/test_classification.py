@@ -206,3 +206,28 @@ def test_hook_name_is_set_without_module_setattr(monkeypatch):
     assert "_current_fx_name" not in calls
     task._current_fx_name = None
     assert task._current_fx_name is None and "_current_fx_name" in vars(task)
+
+
+def test_an_evaluation_of_one_class_is_noted():
+    """The first batches of a test set sorted by label hold one class: its accuracy is that
+    class's recall, which a note says (the run's record keeps it); two classes need no note."""
+    torch.manual_seed(0)
+    trainer = pl.Trainer(
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+    )
+    one = [{"x": torch.randn(5, 4), "labels": torch.full((5,), 2)} for _ in range(2)]
+    task = ClassificationTask(Linear(), 3, torch.optim.Adam)
+    trainer.test(task, dataloaders=DataLoader(one, batch_size=None), verbose=False)
+    assert task.notes == [
+        "test: every test example read has label 2, so test/acc and test/f1 measure that class "
+        "only (trainer.limit_test_batches takes the first batches, and the data may be sorted by "
+        "label)"
+    ]
+    two = [{"x": torch.randn(5, 4), "labels": torch.tensor([0, 1, 1, 0, 2])}]
+    task = ClassificationTask(Linear(), 3, torch.optim.Adam)
+    trainer.test(task, dataloaders=DataLoader(two, batch_size=None), verbose=False)
+    assert task.notes == []

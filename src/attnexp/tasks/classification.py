@@ -67,6 +67,8 @@ class ClassificationTask(pl.LightningModule):
         self.test_stats = nn.ModuleList(
             ClassificationStats(num_classes) for _ in range(1 + len(self.test_set_names))
         )
+        # What a run should know about its numbers (train/evaluate keep them in the record).
+        self.notes: list[str] = []
 
     def __setattr__(self, name: str, value: object) -> None:
         # Lightning sets `_current_fx_name` (a hook's name, or None) before and after every hook
@@ -125,6 +127,8 @@ class ClassificationTask(pl.LightningModule):
         compute()), then reset them for the next epoch. Stats that saw no batch log nothing."""
         if stats.update_count == 0:
             return
+        if stage in ("val", "test"):
+            self._note_one_class(stage, stats)
         rename = rename or {}
         values = {
             f"{stage}/{rename.get(k, k)}": v
@@ -135,6 +139,24 @@ class ClassificationTask(pl.LightningModule):
         # The values are already global: sync_dist only averages identical numbers (and keeps
         # Lightning from warning about epoch-level logging under DDP).
         self.log_dict(values, prog_bar=stage == "val", sync_dist=True, add_dataloader_idx=False)
+
+    def _note_one_class(self, stage: str, stats: ClassificationStats) -> None:
+        """An evaluation whose labels are all one class (a few first batches of a test set sorted
+        by label, e.g. IMDB's with trainer.limit_test_batches) measures that class only: said
+        once per stage in `notes` (train and evaluate keep them in the record), not left for the
+        user to find in a 0.0 or 1.0."""
+        if self._trainer is not None and self._trainer.sanity_checking:
+            return  # a couple of batches before training: not what the run measures
+        seen = stats.labels_seen()
+        if stats.num_classes < 2 or len(seen) != 1:
+            return
+        note = (
+            f"{stage}: every {stage} example read has label {seen[0]}, so {stage}/acc and "
+            f"{stage}/f1 measure that class only (trainer.limit_{stage}_batches takes the first "
+            f"batches, and the data may be sorted by label)"
+        )
+        if note not in self.notes:
+            self.notes.append(note)
 
     def configure_optimizers(self):
         groups = param_groups(self.model, self.weight_decay)

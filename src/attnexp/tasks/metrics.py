@@ -46,6 +46,11 @@ class ClassificationStats(Metric):
             self.loss_sum.add_(loss.detach().float() * labels.shape[0])
             self.loss_count.add_(labels.shape[0])
 
+    def labels_seen(self) -> list[int]:
+        """The classes that occurred as labels, over every process (what compute() sums)."""
+        with self.sync_context():
+            return self.confusion.sum(dim=1).nonzero().flatten().tolist()
+
     def compute(self) -> dict[str, torch.Tensor]:
         confusion = self.confusion.double()
         tp = confusion.diagonal()
