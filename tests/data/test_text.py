@@ -9,6 +9,7 @@ from attnexp.data.text import (
     load_tokenizer,
     normalize_text,
     save_tokenizer,
+    text_normalizer,
     texts_hash,
     tokenize_dataset,
     tokenizer_hash,
@@ -71,6 +72,23 @@ def test_save_load_round_trip(tmp_path):
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(ConfigError, match="not a valid tokenizer"):
         load_tokenizer(tmp_path / "bad.json")
+
+
+def test_a_run_tokenizer_is_never_replaced_and_the_cause_is_said(tmp_path):
+    """A resumed attempt builds its tokenizer again: other words mean other training texts; the
+    same words cut by another rule mean another attnexp version (an audit resumed an IMDB run
+    from before the <br> rule changed and was told its training texts differed)."""
+    tok = train_word_tokenizer(TEXTS, vocab_size=100, min_frequency=1)
+    save_tokenizer(tok, tmp_path)
+    save_tokenizer(train_word_tokenizer(TEXTS, vocab_size=100, min_frequency=1), tmp_path)
+    older = train_word_tokenizer(TEXTS, vocab_size=100, min_frequency=1)
+    older.normalizer = text_normalizer(strip_html_breaks=False)
+    with pytest.raises(ConfigError, match=r"same vocabulary .* another normalizer .* version"):
+        save_tokenizer(older, tmp_path)
+    other = train_word_tokenizer(TEXTS[:1], vocab_size=100, min_frequency=1)
+    with pytest.raises(ConfigError, match=r"this attempt built another one \(its training texts"):
+        save_tokenizer(other, tmp_path)
+    assert load_tokenizer(tmp_path).to_str() == tok.to_str()
 
 
 def test_encode_truncates_and_handles_empty():

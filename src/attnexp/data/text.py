@@ -10,6 +10,7 @@ both tokenizer training and tokenisation.
 """
 
 import hashlib
+import json
 import logging
 import os
 from collections.abc import Iterable, Sequence
@@ -159,11 +160,23 @@ def save_tokenizer(tokenizer: Tokenizer, folder: str | Path) -> Path:
     path = Path(folder) / TOKENIZER_FILE
     if path.is_file():
         try:
-            same = Tokenizer.from_file(str(path)).to_str() == tokenizer.to_str()
+            saved = json.loads(Tokenizer.from_file(str(path)).to_str())
         except Exception:  # tokenizers raises a bare Exception on bad JSON
-            same = False
-        if same:
+            saved = None
+        built = json.loads(tokenizer.to_str())
+        if saved == built:
             return path
+        if saved is not None and saved.get("model") == built.get("model"):
+            changed = [k for k in ("normalizer", "pre_tokenizer") if saved.get(k) != built.get(k)]
+            raise ConfigError(
+                f"{path} holds the tokenizer this run was trained with: the same vocabulary as "
+                f"this attempt's, but another {' and '.join(changed) or 'setting'} (how text is "
+                f"cut into words), so the run was made by another version of attnexp (e.g. the "
+                f"<br> rule changed in 204431a) and this version would read its texts otherwise: "
+                f"a resumed run must read them as it was trained. Test it again with python -m "
+                f"attnexp.evaluate ckpt_path={folder} (it uses the saved tokenizer), or start a "
+                f"new run"
+            )
         raise ConfigError(
             f"{path} holds the tokenizer this run was trained with, and this attempt built another "
             f"one (its training texts differ: another paths.data_dir, or seed=null drawing a new "
