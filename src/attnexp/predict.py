@@ -266,7 +266,7 @@ def usage() -> str:
     from importlib.resources import files
 
     settings = files("attnexp.conf").joinpath("predict.yaml").read_text(encoding="utf-8")
-    return f"{__doc__.strip()}\n\nSettings (key=value; conf/predict.yaml):\n\n{settings}"
+    return f"{(__doc__ or '').strip()}\n\nSettings (key=value; conf/predict.yaml):\n\n{settings}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -322,7 +322,7 @@ def data_line(runs: list[Run]) -> str:
     if source == "sample":
         return (
             "Data: the package's embedded sample, not the full dataset: these numbers try the "
-            "tool out and are no results (give paths.data_dir=<data> for real runs)."
+            "tool out and are not results (give paths.data_dir=<data> for real runs)."
         )
     return f"Data: {source}."
 

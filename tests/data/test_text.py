@@ -75,16 +75,20 @@ def test_save_load_round_trip(tmp_path):
 
 
 def test_a_run_tokenizer_is_never_replaced_and_the_cause_is_said(tmp_path):
-    """A resumed attempt builds its tokenizer again: other words mean other training texts; the
-    same words cut by another rule mean another attnexp version (an audit resumed an IMDB run
+    """A resumed attempt builds its tokenizer again: another rule of cutting words means another
+    attnexp version, other words by the same rule other training texts (an audit resumed an IMDB run
     from before the <br> rule changed and was told its training texts differed)."""
     tok = train_word_tokenizer(TEXTS, vocab_size=100, min_frequency=1)
     save_tokenizer(tok, tmp_path)
     save_tokenizer(train_word_tokenizer(TEXTS, vocab_size=100, min_frequency=1), tmp_path)
     older = train_word_tokenizer(TEXTS, vocab_size=100, min_frequency=1)
     older.normalizer = text_normalizer(strip_html_breaks=False)
-    with pytest.raises(ConfigError, match=r"same vocabulary .* another normalizer .* version"):
+    with pytest.raises(ConfigError, match=r"another rule .* \(normalizer differ\).* version"):
         save_tokenizer(older, tmp_path)
+    older_words = train_word_tokenizer(["<br />", *TEXTS], vocab_size=100, min_frequency=1)
+    older_words.normalizer = text_normalizer(strip_html_breaks=False)  # other words too
+    with pytest.raises(ConfigError, match=r"another rule"):
+        save_tokenizer(older_words, tmp_path)
     other = train_word_tokenizer(TEXTS[:1], vocab_size=100, min_frequency=1)
     with pytest.raises(ConfigError, match=r"this attempt built another one \(its training texts"):
         save_tokenizer(other, tmp_path)

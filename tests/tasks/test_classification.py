@@ -223,11 +223,14 @@ def test_an_evaluation_of_one_class_is_noted():
     task = ClassificationTask(Linear(), 3, torch.optim.Adam)
     trainer.test(task, dataloaders=DataLoader(one, batch_size=None), verbose=False)
     assert task.notes == [
-        "test: every test example read has label 2, so test/acc and test/f1 measure that class "
-        "only (trainer.limit_test_batches takes the first batches, and the data may be sorted by "
-        "label)"
+        "test: every example read for test/acc and test/f1 has label 2, so they measure that "
+        "class only (trainer.limit_test_batches takes the first batches, and the data may be "
+        "sorted by label)"
     ]
     two = [{"x": torch.randn(5, 4), "labels": torch.tensor([0, 1, 1, 0, 2])}]
-    task = ClassificationTask(Linear(), 3, torch.optim.Adam)
-    trainer.test(task, dataloaders=DataLoader(two, batch_size=None), verbose=False)
-    assert task.notes == []
+    task = ClassificationTask(Linear(), 3, torch.optim.Adam, test_set_names=["bag9"])
+    loaders = [DataLoader(two, batch_size=None), DataLoader(one, batch_size=None)]
+    trainer.test(task, dataloaders=loaders, verbose=False)
+    assert len(task.notes) == 1 and task.notes[0].startswith(
+        "test: every example read for test/acc_bag9 has label 2, so it measures that class only"
+    )

@@ -166,16 +166,16 @@ def save_tokenizer(tokenizer: Tokenizer, folder: str | Path) -> Path:
         built = json.loads(tokenizer.to_str())
         if saved == built:
             return path
-        if saved is not None and saved.get("model") == built.get("model"):
-            changed = [k for k in ("normalizer", "pre_tokenizer") if saved.get(k) != built.get(k)]
+        rules = ("normalizer", "pre_tokenizer")  # how text is cut into words: code, not data
+        changed = [k for k in rules if saved is not None and saved.get(k) != built.get(k)]
+        if changed:
             raise ConfigError(
-                f"{path} holds the tokenizer this run was trained with: the same vocabulary as "
-                f"this attempt's, but another {' and '.join(changed) or 'setting'} (how text is "
-                f"cut into words), so the run was made by another version of attnexp (e.g. the "
-                f"<br> rule changed in 204431a) and this version would read its texts otherwise: "
-                f"a resumed run must read them as it was trained. Test it again with python -m "
-                f"attnexp.evaluate ckpt_path={folder} (it uses the saved tokenizer), or start a "
-                f"new run"
+                f"{path} holds the tokenizer this run was trained with, and it cuts text into "
+                f"words by another rule than this version's ({' and '.join(changed)} differ): the "
+                f"run was made by another version of attnexp (e.g. the <br> rule changed in "
+                f"204431a), and a resumed run must read its texts as it was trained. Test it again "
+                f"with python -m attnexp.evaluate ckpt_path={folder} (it uses the saved "
+                f"tokenizer), or start a new run"
             )
         raise ConfigError(
             f"{path} holds the tokenizer this run was trained with, and this attempt built another "

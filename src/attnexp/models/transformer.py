@@ -65,7 +65,7 @@ class TransformerMatcher(nn.Module):
         unk_matches: with match_embedding, whether an [UNK] counts as occurring in the other
             sentence when that holds an [UNK] too. False (conf/model/transformer.yaml): two unseen
             characters share the id, not the character. True rebuilds the runs made before
-            2026-11-23 (commit 40b6d93), which computed that. Required with match_embedding: a
+            commit 40b6d93 (2026-11-23), which computed that. Required with match_embedding: a
             run's saved config without it predates the setting, and the two would give different
             numbers for the same checkpoint.
     """

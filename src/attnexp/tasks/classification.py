@@ -127,20 +127,20 @@ class ClassificationTask(pl.LightningModule):
         compute()), then reset them for the next epoch. Stats that saw no batch log nothing."""
         if stats.update_count == 0:
             return
-        if stage in ("val", "test"):
-            self._note_one_class(stage, stats)
         rename = rename or {}
         values = {
             f"{stage}/{rename.get(k, k)}": v
             for k, v in stats.compute().items()
             if only is None or k in only
         }
+        if stage in ("val", "test"):
+            self._note_one_class(stage, stats, [k for k in values if "/loss" not in k])
         stats.reset()
         # The values are already global: sync_dist only averages identical numbers (and keeps
         # Lightning from warning about epoch-level logging under DDP).
         self.log_dict(values, prog_bar=stage == "val", sync_dist=True, add_dataloader_idx=False)
 
-    def _note_one_class(self, stage: str, stats: ClassificationStats) -> None:
+    def _note_one_class(self, stage: str, stats: ClassificationStats, names: list[str]) -> None:
         """An evaluation whose labels are all one class (a few first batches of a test set sorted
         by label, e.g. IMDB's with trainer.limit_test_batches) measures that class only: said
         once per stage in `notes` (train and evaluate keep them in the record), not left for the
@@ -151,9 +151,10 @@ class ClassificationTask(pl.LightningModule):
         if stats.num_classes < 2 or len(seen) != 1:
             return
         note = (
-            f"{stage}: every {stage} example read has label {seen[0]}, so {stage}/acc and "
-            f"{stage}/f1 measure that class only (trainer.limit_{stage}_batches takes the first "
-            f"batches, and the data may be sorted by label)"
+            f"{stage}: every example read for {' and '.join(names)} has label {seen[0]}, so "
+            f"{'they measure' if len(names) > 1 else 'it measures'} that class only "
+            f"(trainer.limit_{stage}_batches takes the first batches, and the data may be sorted "
+            f"by label)"
         )
         if note not in self.notes:
             self.notes.append(note)
