@@ -42,6 +42,7 @@ from attnexp.runs import (
     check_output_root,
     check_resume,
     check_resume_epochs,
+    check_same_config,
     guarding,
     override_arg,
     resolve_run_dir,
@@ -386,6 +387,62 @@ def test_a_resume_that_fails_early_keeps_the_runs_best_checkpoint(finished_run, 
     record = read(run / "metrics.json")
     assert record["status"] == "failed" and record.get("best_ckpt") == best
     assert find_checkpoint(run) == (run / best).resolve()
+
+
+def test_a_resume_must_build_the_config_the_run_was_made_with(compose_cfg, tmp_path):
+    """Today's conf/*.yaml with the run's overrides must give the run's own config (unresolved),
+    apart from what a resumed run may change: an older attnexp's run went on as another model."""
+    cfg = compose_cfg(*TINY)
+    run_dir = tmp_path / "run"
+    (run_dir / ".hydra").mkdir(parents=True)
+    saved = OmegaConf.to_container(cfg, resolve=False)
+    del saved["hydra"]
+    saved.update(resume="auto", trainer={**saved["trainer"], "max_epochs": 7})
+    saved["paths"]["data_dir"] = "elsewhere"
+    (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(saved))
+    check_same_config(cfg, run_dir, str(run_dir))
+    # as a run made before model.pooled_norm and data.epoch_order existed wrote it
+    del saved["model"]["pooled_norm"]
+    saved["data"].update(label_rule="smallest", shift=3, old_key=[1, 2], other=None, more=True)
+    (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(saved))
+    with pytest.raises(ConfigError) as err:
+        check_same_config(cfg, run_dir, str(run_dir))
+    assert str(err.value) == (
+        f"resume={run_dir}: the run was made with other config files than today's (an older or "
+        f"newer attnexp, or an edited conf/): with its overrides they now give another config "
+        f"(data.label_rule: the run's smallest, today's largest; data.more: the run's true, "
+        f"today's <absent>; data.old_key: the run's [1, 2], today's <absent>; data.other: the "
+        f"run's null, today's <absent>; data.shift: the run's 3, today's 0; and 1 more). A "
+        f"resumed run must continue the run it was, so it is not resumed: to test it again, "
+        f"python -m attnexp.evaluate ckpt_path={run_dir} (builds it from its own saved config); "
+        f"or start a new run with today's config (drop resume=)"
+    )
+    (run_dir / ".hydra" / "config.yaml").write_text("model: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"config.yaml cannot be read \(.*\), so whether"):
+        check_same_config(cfg, run_dir, str(run_dir))
+
+
+def test_a_run_made_with_other_config_files_is_not_resumed(finished_run, tmp_path):
+    """resume=<dir> and resume=auto: refused before the run's record is touched."""
+    _, run_dir, _ = finished_run
+    run = shutil.copytree(run_dir, tmp_path / "outputs" / "runs" / "old")
+    config = run / ".hydra" / "config.yaml"
+    older = config.read_text().replace("  pooled_norm: null\n", "")
+    config.write_text(older.replace("  lr: 0.001\n", "  lr: 0.01\n"))
+    before = snapshot(run)
+    for resume, which in ((run, ""), ("auto", f" (the run it found, {run})")):
+        result = run_cli(tmp_path, *TINY, f"resume={resume}")
+        assert result.returncode == 2, result.stderr[-4000:]
+        assert "Traceback" not in result.stderr
+        assert (
+            f"error: resume={resume}{which}: the run was made with other config files than "
+            f"today's (an older or newer attnexp, or an edited conf/): with its overrides they "
+            f"now give another config (model.pooled_norm: the run's <absent>, today's null; "
+            f"optimizer.lr: the run's 0.01, today's 0.001). A resumed run must continue the run "
+            f"it was, so it is not resumed: to test it again, python -m attnexp.evaluate "
+            f"ckpt_path={run} "
+        ) in result.stderr
+        assert snapshot(run) == before
 
 
 def test_a_ctrl_c_is_recorded_as_an_interruption(tmp_path):

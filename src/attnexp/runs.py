@@ -3,8 +3,8 @@ run's (the record they hold, `metrics.json`, is run_record.py's).
 
 A run dir is never reused by accident: its name carries the start time and a random suffix; a dir
 given by hand (hydra.run.dir=) must not hold a run already; `resume=` continues a run only with the
-settings it was started with, and keeps the earlier record as `metrics.attempt<k>.json` before
-writing a new one.
+settings it was started with, and only where today's config files build the config it was made
+with; it keeps the earlier record as `metrics.attempt<k>.json` before writing a new one.
 """
 
 import contextlib
@@ -190,6 +190,76 @@ def check_resume(resume: str, overrides: list[str]) -> None:
         )
 
 
+def flat_config(tree: dict, prefix: str = "") -> dict[str, object]:
+    """{"model": {"hidden_size": 16}} -> {"model.hidden_size": 16}; lists are values."""
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(flat_config(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+ABSENT = object()  # a key one of two configs lacks
+SHOWN_DIFFERENCES = 5
+
+
+def _shown(value: object) -> str:
+    if value is ABSENT:
+        return "<absent>"
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def check_same_config(config: DictConfig, run_dir: Path, resume: str) -> None:
+    """A resumed run must be the run it was: today's conf/*.yaml, composed with the run's
+    overrides, must give the config the run was made with (its .hydra/config.yaml), apart from
+    `RESUME_MAY_CHANGE`. A run made by an older or newer attnexp, or before conf/ was edited, went
+    on as another model or on other data without a word, or ended in Lightning's traceback over
+    the checkpoint's shapes. Compared unresolved: `${...}` as written, not what it gives today."""
+    saved_file = run_dir / RUN_CONFIG
+    try:
+        saved = OmegaConf.to_container(OmegaConf.load(saved_file), resolve=False)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise ConfigError(
+            f"resume={resume}: {saved_file} cannot be read ({type(err).__name__}), so whether "
+            f"this version of attnexp builds the run it was cannot be checked (restore the file; "
+            f"or start a new run: drop resume=)"
+        ) from err
+    if not isinstance(saved, dict):
+        raise ConfigError(
+            f"resume={resume}: {saved_file} holds a {type(saved).__name__}, not a config, so "
+            f"whether this version of attnexp builds the run it was cannot be checked (restore "
+            f"the file; or start a new run: drop resume=)"
+        )
+    composed = OmegaConf.to_container(config, resolve=False)
+    composed.pop("hydra", None)
+    theirs, ours = flat_config(saved), flat_config(composed)
+    differ = sorted(
+        k
+        for k in theirs.keys() | ours.keys()
+        if k != RESUME_KEY
+        and not k.startswith(RESUME_MAY_CHANGE)
+        and theirs.get(k, ABSENT) != ours.get(k, ABSENT)
+    )
+    if not differ:
+        return
+    shown = [
+        f"{k}: the run's {_shown(theirs.get(k, ABSENT))}, today's {_shown(ours.get(k, ABSENT))}"
+        for k in differ[:SHOWN_DIFFERENCES]
+    ]
+    more = len(differ) - SHOWN_DIFFERENCES
+    which = "" if resume != "auto" else f" (the run it found, {run_dir})"
+    raise ConfigError(
+        f"resume={resume}{which}: the run was made with other config files than today's (an "
+        f"older or newer attnexp, or an edited conf/): with its overrides they now give another "
+        f"config ({'; '.join(shown)}{f'; and {more} more' if more > 0 else ''}). A resumed run "
+        f"must continue the run it was, so it is not resumed: to test it again, python -m "
+        f"attnexp.evaluate {override_arg('ckpt_path', run_dir)} (builds it from its own saved "
+        f"config); or start a new run with today's config (drop resume=)"
+    )
+
+
 def check_resume_epochs(resume: str, max_epochs: object) -> None:
     """Lightning refuses (with a traceback, after the run's record is reopened) a resumed run
     whose trainer.max_epochs ends before the epoch of the checkpoint it goes on from."""
@@ -287,6 +357,7 @@ class RunDirGuard(Callback):
             resumed = resumed_dir(config)
             if resumed is not None:
                 check_not_running(resumed, f"resume={resume}")
+                check_same_config(config, resumed, str(resume))
                 check_resume_epochs(str(resumed), OmegaConf.select(config, "trainer.max_epochs"))
 
 
