@@ -376,17 +376,20 @@ def test_resume_auto_then_a_run_dir(finished_run):
     assert len(list((run_dir / "tb").glob("events.out.tfevents.*"))) > 1  # same dashboard dir
 
 
-def test_a_resume_that_fails_early_keeps_the_runs_best_checkpoint(finished_run, tmp_path):
-    """The record of a resumed attempt that fails before it saves a checkpoint still names the
-    run's best one: evaluate and predict of the run dir take it, not last.ckpt."""
+def test_a_resume_that_fails_early_keeps_the_runs_record(finished_run, tmp_path):
+    """A resumed attempt that fails before it saves a checkpoint leaves the run as it was: its
+    record too (it read `failed`, with no metrics), with the failure added; evaluate and predict
+    of the run dir take its best checkpoint, not last.ckpt."""
     _, run_dir, _ = finished_run
     run = shutil.copytree(run_dir, tmp_path / "run")
-    best = read(run / "metrics.json")["best_ckpt"]
+    before, attempts = read(run / "metrics.json"), sorted(run.glob("metrics.attempt*.json"))
     result = run_cli(tmp_path, *TINY, f"resume={run}", "trainer.max_epochs=-5")
     assert result.returncode == 2 and "trainer.max_epochs=-5" in result.stderr
     record = read(run / "metrics.json")
-    assert record["status"] == "failed" and record.get("best_ckpt") == best
-    assert find_checkpoint(run) == (run / best).resolve()
+    (failed,) = record.pop("failed_resumes")
+    assert record == before and "trainer.max_epochs=-5" in failed["error"] and failed["at"]
+    assert sorted(run.glob("metrics.attempt*.json")) == attempts  # another test may have resumed it
+    assert find_checkpoint(run) == (run / before["best_ckpt"]).resolve()
 
 
 def test_a_resume_must_build_the_config_the_run_was_made_with(compose_cfg, tmp_path):
@@ -443,6 +446,59 @@ def test_a_run_made_with_other_config_files_is_not_resumed(finished_run, tmp_pat
             f"ckpt_path={run} "
         ) in result.stderr
         assert snapshot(run) == before
+
+
+def resumed_record(run_dir: Path) -> RunRecord:
+    """A resumed attempt's record of a completed run with a last checkpoint, started."""
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"epoch 3")
+    earlier = {"status": "completed", "metrics": {"test/acc": 0.5}, "best_ckpt": "checkpoints/b"}
+    (run_dir / "metrics.json").write_text(json.dumps(earlier))
+    record = RunRecord(run_dir, seed=0, overrides=[])
+    record.start()
+    assert read(run_dir / "metrics.json")["status"] == "running"
+    return record
+
+
+def test_a_resume_ended_before_a_checkpoint_puts_the_runs_record_back(tmp_path):
+    """Nothing of the run changed, so it reads as it did (not `failed` without metrics), with
+    what happened added; a Ctrl-C too."""
+    record = resumed_record(tmp_path)
+    earlier = read(tmp_path / "metrics.attempt1.json")
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            sys.exit(1)  # as Lightning ends a Ctrl-C
+    except SystemExit as err:
+        record.fail(err)
+    put_back = read(tmp_path / "metrics.json")
+    (failed,) = put_back.pop("failed_resumes")
+    assert put_back == earlier and failed["error"].startswith("interrupted (KeyboardInterrupt")
+    assert not (tmp_path / "metrics.attempt1.json").exists()
+    record.fail(ValueError("again"))  # this attempt's record is gone: nothing more is written
+    assert "failed_resumes" in read(tmp_path / "metrics.json")
+    again = RunRecord(tmp_path, seed=0, overrides=[])
+    again.start()
+    again.fail(ValueError("bad"))
+    errors = [f["error"] for f in read(tmp_path / "metrics.json")["failed_resumes"]]
+    assert errors[1:] == ["ValueError: bad"]
+    other_rank = RunRecord(tmp_path, seed=0, overrides=[], write=False)  # rank 0 writes
+    other_rank.start()
+    other_rank.fail(ValueError("rank 1"))
+    assert len(read(tmp_path / "metrics.json")["failed_resumes"]) == 2
+
+
+def test_a_resume_that_saved_a_checkpoint_keeps_its_failed_record(tmp_path):
+    """A new last.ckpt changed the run: the failed attempt's record stays, the earlier one beside."""
+    record = resumed_record(tmp_path)
+    earlier = read(tmp_path / "metrics.attempt1.json")
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"epoch 4, saved by this attempt")
+    record.fail(ValueError("bad"))
+    failed = read(tmp_path / "metrics.json")
+    assert failed["status"] == "failed" and failed["error"] == "ValueError: bad"
+    assert "failed_resumes" not in failed
+    assert read(tmp_path / "metrics.attempt1.json") == earlier
 
 
 def test_a_ctrl_c_is_recorded_as_an_interruption(tmp_path):

@@ -1,5 +1,6 @@
 """A run's machine-readable record, `<run dir>/metrics.json`: written as the run goes
-(running -> completed | failed), always in one step, and never over an earlier attempt's."""
+(running -> completed | failed), always in one step, and never over an earlier attempt's (which a
+resumed attempt that ends before it saves a checkpoint puts back)."""
 
 import json
 import logging
@@ -14,7 +15,7 @@ from typing import Any
 import attnexp
 from attnexp.files import next_attempt, write_atomically
 from attnexp.machine import describe_machine
-from attnexp.runs import METRICS_FILE
+from attnexp.runs import LAST_CKPT, METRICS_FILE
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,15 @@ def failure(err: BaseException) -> str:
 
 # What the training callbacks record; under ddp_spawn a worker process writes them to the file.
 WORKER_KEYS = ("history", "validations", "best_ckpt")
+
+
+def file_stamp(path: Path) -> tuple[int, int] | None:
+    """Size and mtime_ns: whether a file was written since (None: there is none)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
 
 
 class RunRecord:
@@ -71,6 +81,8 @@ class RunRecord:
             **(extra or {}),
         }
         self.earlier_seed: int | None = None  # a resumed run: the seed its earlier attempt ran with
+        self.earlier: Path | None = None  # a resumed run: where the earlier record is kept
+        self.resumed_ckpt: tuple[int, int] | None = None  # and the file_stamp of its last.ckpt
 
     def start(self) -> None:
         if not self.write:
@@ -78,7 +90,8 @@ class RunRecord:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():  # a resumed run: keep what the earlier attempt wrote
             attempt, kept = next_attempt(self.path)
-            earlier = self.path.rename(kept)
+            self.resumed_ckpt = file_stamp(self.path.parent / LAST_CKPT)
+            earlier = self.earlier = self.path.rename(kept)
             self.data["resumed_from_attempt"] = attempt
             try:  # the epochs and validations before the interruption stay in the record
                 before = json.loads(earlier.read_text())
@@ -130,6 +143,8 @@ class RunRecord:
         )
 
     def fail(self, err: BaseException) -> None:
+        if self.write and self.put_back_earlier(err):
+            return
         if self.write:  # ddp_spawn: what the rank-0 worker recorded before the failure stays
             self.reload(*WORKER_KEYS)
         self.update(
@@ -138,3 +153,34 @@ class RunRecord:
             traceback=traceback.format_exc(limit=20),
             finished_at=datetime.now().isoformat(timespec="seconds"),
         )
+
+    def put_back_earlier(self, err: BaseException) -> bool:
+        """A resumed attempt that ends (fails, or is interrupted) before it saves a checkpoint
+        leaves the run as it was: the earlier record goes back as metrics.json, with the failure
+        added under `failed_resumes`. A failed record with no metrics made a completed run read as
+        failed in reports, though its checkpoints were unchanged. Returns whether it did.
+
+        An attempt that saved a checkpoint has changed the run: its failed record stays, and the
+        earlier one stays beside it.
+        """
+        if self.earlier is None or self.resumed_ckpt is None:
+            return False
+        if file_stamp(self.path.parent / LAST_CKPT) != self.resumed_ckpt:
+            return False
+        try:
+            earlier = json.loads(self.earlier.read_text())
+        except (OSError, ValueError):
+            return False  # no record to put back: the failed one says what happened
+        if not isinstance(earlier, dict):
+            return False
+        failed = {"error": failure(err), "at": datetime.now().isoformat(timespec="seconds")}
+        earlier["failed_resumes"] = [*earlier.get("failed_resumes", []), failed]
+        _write_json(self.earlier, earlier)
+        self.earlier.replace(self.path)
+        self.write = False  # metrics.json is the earlier record again, not this attempt's
+        log.warning(
+            "the resumed attempt ended before it saved a checkpoint, so the run is as it was: "
+            "its record is put back as %s, the failure added under failed_resumes",
+            self.path,
+        )
+        return True
