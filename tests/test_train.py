@@ -5,6 +5,7 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -446,6 +447,41 @@ def test_a_run_made_with_other_config_files_is_not_resumed(finished_run, tmp_pat
             f"ckpt_path={run} "
         ) in result.stderr
         assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("misfit", ["optimizer", "weights"])
+def test_a_last_checkpoint_this_version_cannot_load_is_said(finished_run, tmp_path, misfit):
+    """A run from before the optimizer's parameter groups were split by decay setting, or with a
+    layer of another shape: Lightning's traceback, after the run's record was set aside."""
+    _, run_dir, _ = finished_run
+    run = shutil.copytree(run_dir, tmp_path / "run")
+    last = run / "checkpoints" / "last.ckpt"
+    state = torch.load(last, weights_only=False)
+    if misfit == "optimizer":
+        groups = state["optimizer_states"][0]["param_groups"]
+        groups.append({**groups[0], "params": [groups[0]["params"].pop()]})
+        reason = "loaded state dict has a different number of parameter groups"
+    else:
+        state["state_dict"]["model.head.4.weight"] = torch.zeros(10, 32)
+        reason = (
+            r"Error\(s\) in loading state_dict for ClassificationTask: size mismatch for "
+            r"model.head.4.weight: copying a param with shape torch.Size\(\[10, 32\]\)"
+        )
+    torch.save(state, last)
+    record, saved = read(run / "metrics.json"), last.read_bytes()
+    result = run_cli(tmp_path, *TINY, f"resume={run}", f"trainer.max_epochs={state['epoch'] + 2}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-4000:]
+    what = "optimizer" if misfit == "optimizer" else "model"
+    assert re.search(
+        rf"error: resume={run}: the run's last checkpoint, {last}, does not fit the {what} "
+        rf"this version of attnexp builds from the run's config \({reason}.*\): it was saved by "
+        rf"another version",
+        result.stderr,
+    )
+    evaluate = f"python -m attnexp.evaluate ckpt_path={run} (which loads the weights only)"
+    assert (evaluate in result.stderr) == (misfit == "optimizer")
+    after = read(run / "metrics.json")  # the run as it was, with the failed resume added
+    assert after.pop("failed_resumes") and after == record and last.read_bytes() == saved
 
 
 def resumed_record(run_dir: Path) -> RunRecord:

@@ -36,6 +36,7 @@ from attnexp.runs import (
     override_arg,
 )
 from attnexp.sweeps import check_strategy
+from attnexp.tasks import ClassificationTask
 from attnexp.tasks.callbacks import best_checkpoint_callback
 from attnexp.tasks.loggers import log_run_hparams
 from attnexp.trainer import check_settings, device_name, make_trainer, monitor_refusal
@@ -92,6 +93,8 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     trainer = make_trainer(cfg, record, resume_step)
     record.update(device=device_name(trainer))
     datamodule, task = build(cfg, choices, overrides=overrides)
+    if resume_ckpt is not None:
+        check_resume_fits(task, run_dir, cfg.resume)
     record.update(
         data_source=datamodule.source,
         data_hash=datamodule.data_hash,
@@ -162,6 +165,47 @@ def resume_step_of(ckpt: Path, resume: str) -> int:
             f"resume={resume}: {ckpt} is not a readable checkpoint ({type(err).__name__}), so the "
             f"run cannot continue from it (drop resume= to start a new run)"
         ) from err
+
+
+def check_resume_fits(task: ClassificationTask, run_dir: Path, resume: str) -> None:
+    """Lightning restores a resumed run's weights and optimizer state inside fit, where a
+    checkpoint that this version's model or optimizer cannot take (a run made by an older attnexp:
+    a layer of another shape, the parameters split into other groups) ended in its traceback. Both
+    are tried here first, the weights on the task (fit restores them again) and the optimizer
+    state on a throwaway optimizer, so that is said before anything is trained."""
+    ckpt = run_dir / LAST_CKPT
+    state = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True)
+    said = f"resume={resume}: the run's last checkpoint, {ckpt}, does not fit the"
+    whole = "A resumed run goes on from the checkpoint's whole training state: it is not resumed"
+    try:
+        task.load_state_dict(state["state_dict"])
+    except (RuntimeError, KeyError) as err:
+        raise ConfigError(
+            f"{said} model this version of attnexp builds from the run's config ({one_line(err)}): "
+            f"it was saved by another version (or the data changed: a vocabulary of another "
+            f"size). {whole}; evaluate, which loads the weights, cannot take them either: test "
+            f"it with the attnexp version that made it, or start a new run (drop resume=)"
+        ) from err
+    saved = state.get("optimizer_states") or []
+    if not saved:
+        return  # Lightning says what a checkpoint without an optimizer state lacks
+    optimizer = task.build_optimizer()  # outside the try: its own settings' refusal is said as such
+    try:
+        optimizer.load_state_dict(saved[0])
+    except (ValueError, KeyError) as err:
+        raise ConfigError(
+            f"{said} optimizer this version of attnexp builds from the run's config "
+            f"({one_line(err)}): it was saved by another version. {whole}. To test it again: "
+            f"python -m attnexp.evaluate {override_arg('ckpt_path', run_dir)} (which "
+            f"loads the weights only); or start a new run (drop resume=)"
+        ) from err
+
+
+def one_line(err: BaseException) -> str:
+    """torch's reason in one line: its first two (a size mismatch per parameter may follow)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    text = " ".join(line if len(line) <= 300 else line[:297] + "..." for line in lines[:2])
+    return f"{text} ..." if len(lines) > 2 else text
 
 
 def validation_at(record: RunRecord, step: int) -> dict | None:

@@ -159,7 +159,9 @@ class ClassificationTask(pl.LightningModule):
         if note not in self.notes:
             self.notes.append(note)
 
-    def configure_optimizers(self):
+    def build_optimizer(self) -> torch.optim.Optimizer:
+        """The optimizer over `param_groups`: also what a resumed run's saved optimizer state is
+        tried on before fit (train.check_resume_fits)."""
         groups = param_groups(self.model, self.weight_decay)
         try:
             optimizer = self.optimizer_factory(groups)
@@ -169,6 +171,10 @@ class ClassificationTask(pl.LightningModule):
                 f"optimizer: {getattr(target, '__name__', target)} refuses its settings: {err} "
                 f"(set optimizer.<that setting>=...)"
             ) from err
+        return optimizer
+
+    def configure_optimizers(self):
+        optimizer = self.build_optimizer()
         if self.scheduler_factory is None:
             return optimizer
         scheduler = self.scheduler_factory(
