@@ -449,6 +449,34 @@ def test_a_run_made_with_other_config_files_is_not_resumed(finished_run, tmp_pat
         assert snapshot(run) == before
 
 
+@pytest.mark.parametrize("other", ["source", "files"])
+def test_a_resume_reads_the_data_the_run_trained_on(finished_run, tmp_path, other):
+    """paths.* may change on resume (data that moved), so what is read is compared: a resume that
+    forgot paths.data_dir went on with the embedded sample, its record mixing two datasets."""
+    _, run_dir, _ = finished_run
+    run = shutil.copytree(run_dir, tmp_path / "run")
+    record = read(run / "metrics.json")
+    if other == "source":  # as if the run had trained on local files
+        record.update(data_source="local", data_dir="/data/full")
+        said = (
+            f"error: resume={run}: the run trained on local data, this attempt reads sample data "
+            f"(paths.data_dir="
+        )
+        where = "a resumed run goes on with its own data (give paths.data_dir=/data/full)"
+    else:  # as if its validation files had changed since
+        record["data_fingerprints"]["val"] = "0" * 16
+        said = f"error: resume={run}: the val data this attempt reads (paths.data_dir="
+        where = "differ from what the run trained on: a resumed run goes on with its own data"
+    (run / "metrics.json").write_text(json.dumps(record))
+    last = (run / "checkpoints" / "last.ckpt").read_bytes()
+    result = run_cli(tmp_path, *TINY, f"resume={run}", "trainer.max_epochs=2")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-4000:]
+    assert said in result.stderr and where in result.stderr, result.stderr[-2000:]
+    after = read(run / "metrics.json")  # the run as it was, the failed resume added
+    assert after.pop("failed_resumes") and after == record
+    assert (run / "checkpoints" / "last.ckpt").read_bytes() == last
+
+
 @pytest.mark.parametrize("misfit", ["optimizer", "weights"])
 def test_a_last_checkpoint_this_version_cannot_load_is_said(finished_run, tmp_path, misfit):
     """A run from before the optimizer's parameter groups were split by decay setting, or with a

@@ -27,7 +27,7 @@ from attnexp.checkpoints import (
     run_settings_hint,
 )
 from attnexp.config import register_resolvers
-from attnexp.data.base import AttnDataModule
+from attnexp.data.base import AttnDataModule, changed_splits
 from attnexp.errors import ConfigError, exit_with, require_seed
 from attnexp.run_record import RunRecord
 from attnexp.runs import METRICS_FILE, natural_key, override_key
@@ -61,12 +61,6 @@ def check_same_data(source: str, run_record: dict, run_cfg: DictConfig, override
             f"(paths.data_dir={run_cfg.paths.data_dir}): give paths.data_dir=<the folder the run "
             f"used>, or 'overrides=[\"data.source={source}\"]' to evaluate on it anyway"
         )
-
-
-def changed_splits(recorded: dict | None, now: dict[str, str]) -> list[str]:
-    """The splits whose content differs from what the run recorded (none recorded: unknown)."""
-    recorded = recorded if isinstance(recorded, dict) else {}
-    return [name for name in now if name in recorded and recorded[name] != now[name]]
 
 
 def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:

@@ -37,6 +37,8 @@ def failure(err: BaseException) -> str:
 
 # What the training callbacks record; under ddp_spawn a worker process writes them to the file.
 WORKER_KEYS = ("history", "validations", "best_ckpt")
+# What a run's record says of the data it read (train records them once the data are loaded).
+DATA_KEYS = ("data_source", "data_dir", "data_fingerprints")
 
 
 def file_stamp(path: Path) -> tuple[int, int] | None:
@@ -81,6 +83,7 @@ class RunRecord:
             **(extra or {}),
         }
         self.earlier_seed: int | None = None  # a resumed run: the seed its earlier attempt ran with
+        self.earlier_data: dict[str, Any] = {}  # and the data it read (source, dir, fingerprints)
         self.earlier: Path | None = None  # a resumed run: where the earlier record is kept
         self.resumed_ckpt: tuple[int, int] | None = None  # and the file_stamp of its last.ckpt
 
@@ -100,6 +103,7 @@ class RunRecord:
                 if before.get("best_ckpt"):  # still the best until this attempt saves a better one
                     self.data["best_ckpt"] = before["best_ckpt"]
                 self.earlier_seed = before.get("seed")
+                self.earlier_data = {k: before.get(k) for k in DATA_KEYS}
             except (OSError, ValueError) as err:
                 log.warning("could not read the history of %s: %s", earlier, err)
         self.save()

@@ -24,6 +24,7 @@ from pytorch_lightning.utilities.exceptions import MisconfigurationException, SI
 
 from attnexp.build import build, check_data_dir, resolved_data_dir
 from attnexp.config import register_resolvers
+from attnexp.data.base import changed_splits
 from attnexp.errors import ConfigError, exit_with, spawned_refusal
 from attnexp.files import TORCH_LOAD_ERRORS, checkpoint_value
 from attnexp.overrides import unknown_keys
@@ -94,6 +95,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     record.update(device=device_name(trainer))
     datamodule, task = build(cfg, choices, overrides=overrides)
     if resume_ckpt is not None:
+        check_resume_data(record.earlier_data, datamodule, cfg.paths.data_dir, cfg.resume)
         check_resume_fits(task, run_dir, cfg.resume)
     record.update(
         data_source=datamodule.source,
@@ -165,6 +167,29 @@ def resume_step_of(ckpt: Path, resume: str) -> int:
             f"resume={resume}: {ckpt} is not a readable checkpoint ({type(err).__name__}), so the "
             f"run cannot continue from it (drop resume= to start a new run)"
         ) from err
+
+
+def check_resume_data(earlier: dict, datamodule, data_dir: str, resume: str) -> None:
+    """A resumed run trains on the data it trained on. paths.* may change on resume (the data may
+    have moved), so what was read is compared: the source (local files, hub, embedded sample) and,
+    where both are recorded, each split's content. A resume that forgot paths.data_dir went on
+    with the embedded sample, its record and best checkpoint mixing two datasets."""
+    was, now = earlier.get("data_source"), datamodule.source
+    where = f"paths.data_dir={earlier.get('data_dir')}" if earlier.get("data_dir") else "its data"
+    if was and was != now:
+        raise ConfigError(
+            f"resume={resume}: the run trained on {was} data, this attempt reads {now} data "
+            f"(paths.data_dir={resolved_data_dir(data_dir)}): a resumed run goes on with its own "
+            f"data (give {where})"
+        )
+    changed = changed_splits(earlier.get("data_fingerprints"), datamodule.fingerprints)
+    if changed:
+        raise ConfigError(
+            f"resume={resume}: the {' and '.join(changed)} data this attempt reads "
+            f"(paths.data_dir={resolved_data_dir(data_dir)}) differ from what the run trained on: "
+            f"a resumed run goes on with its own data (give {where}, or restore those files; or "
+            f"start a new run: drop resume=)"
+        )
 
 
 def check_resume_fits(task: ClassificationTask, run_dir: Path, resume: str) -> None:

@@ -39,6 +39,13 @@ def fingerprint(*parts: torch.Tensor | Iterable) -> str:
     return digest.hexdigest()
 
 
+def changed_splits(recorded: dict | None, now: dict[str, str]) -> list[str]:
+    """The splits whose `fingerprint` differs from the one a record holds (none recorded:
+    unknown, so not counted)."""
+    recorded = recorded if isinstance(recorded, dict) else {}
+    return [name for name in now if name in recorded and recorded[name] != now[name]]
+
+
 class AttnDataModule(pl.LightningDataModule):
     """Base class.
 
