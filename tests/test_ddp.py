@@ -23,8 +23,10 @@ from attnexp.data.bag_mnist import BagMNISTDataModule
 from attnexp.data.batching import BucketBatchSampler
 from attnexp.data.imdb import IMDBDataModule
 from attnexp.data.lcqmc import LCQMCDataModule
+from attnexp.run_record import WORKER_KEYS, RunRecord
 from attnexp.runs import RunDirGuard
-from attnexp.tasks.callbacks import EndSpawnedProcessGroup
+from attnexp.tasks import ClassificationTask
+from attnexp.tasks.callbacks import EndSpawnedProcessGroup, EpochHistory
 
 
 def rank_loaders(make_loader, stage: RunningStage, shuffle: bool, world: int = 2, datamodule=None):
@@ -289,3 +291,27 @@ def test_relaunching_strategy_single_run_end_to_end(tmp_path):
     record = json.loads((run_dir / "metrics.json").read_text())
     assert record["status"] == "completed" and record["device"] == "cpu x2"
     assert result.stdout.count("  val/acc_best ") == 1  # rank 1 prints no second summary
+
+
+def test_notes_of_a_spawned_test_reach_the_record(tmp_path, monkeypatch):
+    """Under ddp_spawn (trainer=ddp_cpu) the task that tests is a worker's copy, so its notes
+    (here: a test set of one class) reach the run through the record, not the main's task."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    record = RunRecord(tmp_path, seed=0, overrides=[])
+    record.start()
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp_spawn",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[EpochHistory(record), EndSpawnedProcessGroup()],
+    )
+    one = [{"input": torch.randn(5, 4), "labels": torch.full((5,), 2)} for _ in range(4)]
+    task = ClassificationTask(torch.nn.Linear(4, 3), 3, torch.optim.Adam)
+    trainer.test(task, dataloaders=DataLoader(one, batch_size=None), verbose=False)
+    assert task.notes == []  # the main process's task never tested
+    record.reload(*WORKER_KEYS)
+    assert [w for w in record.data["warnings"] if "has label 2" in w]

@@ -36,7 +36,7 @@ def failure(err: BaseException) -> str:
 
 
 # What the training callbacks record; under ddp_spawn a worker process writes them to the file.
-WORKER_KEYS = ("history", "validations", "best_ckpt")
+WORKER_KEYS = ("history", "validations", "best_ckpt", "warnings")
 # What a run's record says of the data it read (train records them once the data are loaded).
 DATA_KEYS = ("data_source", "data_dir", "data_fingerprints")
 
@@ -120,9 +120,11 @@ class RunRecord:
             self.update(best_ckpt=relative)
 
     def warn(self, message: str) -> None:
-        """A decision taken for the user: logged at WARNING and kept in the record."""
+        """A decision taken for the user: logged at WARNING and kept in the record (saved at
+        once: under ddp_spawn the main process reads a worker's from the file)."""
         log.warning(message)
         self.data["warnings"].append(message)
+        self.save()
 
     def reload(self, *keys: str) -> None:
         """Take `keys` from the file on disk: another process (a DDP worker) may have written them."""

@@ -139,8 +139,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         verbose = not datamodule.test_set_names
         trainer.test(task, datamodule=datamodule, ckpt_path=best or None, verbose=verbose)
         metrics.update(scalar_metrics(trainer.callback_metrics))
-    for note in task.notes:
-        record.warn(note)
+        record.reload(*WORKER_KEYS)  # ddp_spawn: the notes the test's rank-0 worker recorded
 
     hparams = run_hparams(cfg, record.data.get("choices", {}), datamodule.source)
     for tb_logger in [lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]:

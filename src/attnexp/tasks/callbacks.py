@@ -129,6 +129,7 @@ class EpochHistory(pl.Callback):
     a validation (`check_val_every_n_epoch`) gets no val/* in its row, not the last ones again.
     Every validation's val/* also go to the record's `validations`, with the global step: a
     checkpoint saved at a validation carries that step, so its validation metrics can be found.
+    The task's notes on what its numbers measure go to the record's warnings as they are made.
     """
 
     def __init__(self, record) -> None:
@@ -142,6 +143,7 @@ class EpochHistory(pl.Callback):
         self.validated.add(trainer.current_epoch)
         if not trainer.is_global_zero:
             return
+        self._record_notes(pl_module)
         row = {"epoch": trainer.current_epoch, "step": trainer.global_step}
         row.update(
             {
@@ -161,6 +163,18 @@ class EpochHistory(pl.Callback):
         best = checkpoint.best_model_path if checkpoint is not None else ""
         if best and Path(best).is_file() and trainer.is_global_zero:
             self.record.record_best(best)
+
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.is_global_zero:
+            self._record_notes(pl_module)
+
+    def _record_notes(self, pl_module: pl.LightningModule) -> None:
+        """The task's notes on what its numbers measure (e.g. one class only), into the record
+        here, in the process that evaluated: under ddp_spawn that is a worker, whose task the main
+        process never sees (train.py reloads the record's warnings)."""
+        for note in getattr(pl_module, "notes", []):
+            if note not in self.record.data["warnings"]:
+                self.record.warn(note)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.pending = (trainer.current_epoch, trainer.global_step)
