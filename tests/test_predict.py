@@ -3,6 +3,7 @@
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -49,16 +50,14 @@ def run_dir(tmp_path_factory):
     return tmp / "run"
 
 
-@pytest.fixture(scope="module")
-def pair_run_dir(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("predict_pairs")
+def train_pair_run(tmp, *model) -> Path:
+    """A tiny LCQMC run (`model`: the model's overrides) trained in `tmp/run`."""
     write_lcqmc(tmp / "data", {"dev": 40, "test": 8})
     cfg = compose_train(
         tmp,
-        "model=transformer",
+        *model,
         "model.hidden_size=16",
         "model.ffn_size=32",
-        "model.heads=2",
         "data.train_split=dev",
         "data.max_seq_len=16",
         "data.batch_size=8",
@@ -69,6 +68,13 @@ def pair_run_dir(tmp_path_factory):
     )
     train_in_process(cfg, tmp / "run")
     return tmp / "run"
+
+
+@pytest.fixture(scope="module")
+def pair_run_dir(tmp_path_factory):
+    return train_pair_run(
+        tmp_path_factory.mktemp("predict_pairs"), "model=transformer", "model.heads=2"
+    )
 
 
 def predict(capsys, *args):
@@ -336,21 +342,7 @@ def test_a_match_feature_run_from_before_unk_matches_says_which_rule(tmp_path, c
     """model.unk_matches came after runs with the exact-match feature were made, and the two rules
     give different numbers for one checkpoint: such a run's config (the key removed, as it was
     saved then) is refused with the override to give, and rebuilt with it gives the run's answer."""
-    write_lcqmc(tmp_path / "data", {"dev": 40, "test": 8})
-    cfg = compose_train(
-        tmp_path,
-        "experiment=nndl_lcqmc_tuned",
-        "model.hidden_size=16",
-        "model.ffn_size=32",
-        "data.train_split=dev",
-        "data.max_seq_len=16",
-        "data.batch_size=8",
-        "logger=csv",
-        "trainer.enable_progress_bar=false",
-        "trainer.accelerator=cpu",
-        *SHORT_TRAINING,
-    )
-    train_in_process(cfg, tmp_path / "run")
+    train_pair_run(tmp_path, "experiment=nndl_lcqmc_tuned")
     pair = ["text_a=电脑怎么录像", "text_b=如何录视频"]
     rc, today, err = predict(
         capsys, f"ckpt_path={tmp_path / 'run'}", *pair, f"out_dir={tmp_path / 'a'}"

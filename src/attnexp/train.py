@@ -31,6 +31,7 @@ from attnexp.overrides import unknown_keys
 from attnexp.run_record import WORKER_KEYS, RunRecord
 from attnexp.runs import (
     LAST_CKPT,
+    flat_config,
     holds_run,
     is_other_rank,
     natural_key,
@@ -285,16 +286,14 @@ def run_hparams(cfg: DictConfig, choices: dict, data_source: str) -> dict:
     return {**hparams, "choice": dict(choices), "data_source": data_source}
 
 
-def flatten_hparams(tree: dict, prefix: str = "") -> dict:
-    """Nested config -> {"model.hidden_size": 256, ...} with TensorBoard-friendly leaf types."""
-    flat = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten_hparams(value, f"{name}."))
-        else:
-            flat[name] = value if isinstance(value, int | float | str | bool) else str(value)
-    return flat
+def flatten_hparams(tree: dict) -> dict:
+    """Nested config -> {"model.hidden_size": 256, ...} with TensorBoard-friendly leaf types (an
+    empty section is no setting)."""
+    return {
+        name: value if isinstance(value, int | float | str | bool) else str(value)
+        for name, value in flat_config(tree).items()
+        if value != {}
+    }
 
 
 def run(cfg: DictConfig) -> dict[str, float]:

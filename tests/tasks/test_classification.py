@@ -21,19 +21,25 @@ class Linear(nn.Module):
         return self.net(x)
 
 
+def quiet_trainer(**settings) -> pl.Trainer:
+    """A CPU Trainer that writes nothing and prints no progress or summary."""
+    return pl.Trainer(
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        **settings,
+    )
+
+
 def test_epoch_metrics_cover_every_batch():
     """Metrics are logged once per epoch but computed over all batches of every test set."""
     torch.manual_seed(0)
     batches = [{"x": torch.randn(5, 4), "labels": torch.randint(0, 3, (5,))} for _ in range(4)]
     model = Linear()
     task = ClassificationTask(model, 3, torch.optim.Adam, test_set_names=["again"])
-    trainer = pl.Trainer(
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        accelerator="cpu",
-    )
+    trainer = quiet_trainer()
     loaders = [DataLoader(batches, batch_size=None), DataLoader(batches[:2], batch_size=None)]
     (main, extra) = trainer.test(task, dataloaders=loaders, verbose=False)
     with torch.no_grad():
@@ -87,13 +93,8 @@ def test_history_rows_hold_their_own_epoch(tmp_path):
             if "train/acc" in trainer.callback_metrics:
                 seen.append(float(trainer.callback_metrics["train/acc"]))
 
-    trainer = pl.Trainer(
+    trainer = quiet_trainer(
         max_epochs=3,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        accelerator="cpu",
         callbacks=[EpochHistory(record), Spy()],
         default_root_dir=tmp_path,
     )
@@ -193,14 +194,7 @@ def test_hook_name_is_set_without_module_setattr(monkeypatch):
 
     monkeypatch.setattr(nn.Module, "__setattr__", counting)
     batches = [{"x": torch.randn(5, 4), "labels": torch.randint(0, 3, (5,))} for _ in range(2)]
-    trainer = pl.Trainer(
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        accelerator="cpu",
-    )
+    trainer = quiet_trainer(max_epochs=1)
     trainer.fit(task, DataLoader(batches, batch_size=None))
     assert seen == ["training_step", "training_step"]
     assert "_current_fx_name" not in calls
@@ -212,13 +206,7 @@ def test_an_evaluation_of_one_class_is_noted():
     """The first batches of a test set sorted by label hold one class: its accuracy is that
     class's recall, which a note says (the run's record keeps it); two classes need no note."""
     torch.manual_seed(0)
-    trainer = pl.Trainer(
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        accelerator="cpu",
-    )
+    trainer = quiet_trainer()
     one = [{"x": torch.randn(5, 4), "labels": torch.full((5,), 2)} for _ in range(2)]
     task = ClassificationTask(Linear(), 3, torch.optim.Adam)
     trainer.test(task, dataloaders=DataLoader(one, batch_size=None), verbose=False)
