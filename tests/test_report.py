@@ -3,6 +3,7 @@ in well under a second."""
 
 import csv
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -91,6 +92,8 @@ def sweep(tmp_path):
         root,
         "5_scorer=bilinear,seed=1",
         status="running",
+        pid=os.getpid(),  # this process: alive
+        host=platform.node(),
         seed=1,
         overrides=["scorer=bilinear", "seed=1", "trainer.max_epochs=2"],
         history=curve(0.5),
@@ -442,8 +445,10 @@ def test_a_run_whose_process_is_gone_is_marked_killed(tmp_path):
     here = {"host": platform.node()}
     write_run(tmp_path, "gone", status="running", pid=child.pid, history=curve(0.5), **here)
     write_run(tmp_path, "elsewhere", status="running", pid=child.pid, host="other-machine")
+    write_run(tmp_path, "no_pid", status="running")  # recorded before records held their pid
     rows = list(csv.DictReader(report.write_report(tmp_path)["csv"].open()))
-    assert {r["run"]: r["status"] for r in rows} == {"elsewhere": "running", "gone": "killed"}
+    statuses = {r["run"]: r["status"] for r in rows}
+    assert statuses == {"elsewhere": "running", "gone": "killed", "no_pid": "running?"}
 
 
 def test_names_in_natural_order():

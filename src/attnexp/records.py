@@ -27,6 +27,9 @@ DATA_HASH_KEY = "data_hash"  # a content hash of the data files it read (train r
 UNREADABLE = "unreadable"  # the status of a metrics.json that is not a run record
 EVALUATE = "evaluate"  # metrics.json "kind" of an evaluation record
 KILLED = "killed"  # a record left `running` by a process that is gone
+# A record left `running` that names no process to look for: written by an attnexp from before
+# records held their pid, so it may have been killed long ago.
+UNCHECKED = "running?"
 _ABSENT = object()
 SKIP_DIRS = {"checkpoints", "tb", ".hydra", ".submitit", "__pycache__"}  # never hold run records
 
@@ -159,6 +162,8 @@ def load_run(path: Path, root: Path) -> Run:
     status = record.get("status", "unknown")
     if status == "running" and writer_alive(record) is False:  # it never got to write `failed`
         status = KILLED
+    elif status == "running" and "pid" not in record:
+        status = UNCHECKED
     metrics = dict(record.get("metrics") or {})
     history = list(record.get("history") or [])
     if not metrics and history:  # running or failed: the last epoch it finished

@@ -5,7 +5,8 @@ Writes into <dir>: `report.csv` (one row per run: its varied settings, status, f
 accuracy per epoch for each variant; accuracy against bag size for bag runs). Reads only the
 runs' `metrics.json` and `.hydra/`, so it works on incomplete sweeps and on runs still going
 (their last epoch is shown and the status says `running`; `killed` where the process that wrote
-`running` is gone from this machine).
+`running` is gone from this machine; `running?` where the record names no process to look for, as
+records written before they held their pid).
 
 Which runs are variants of one another, and which one counts where a seed is repeated: see
 `attnexp.records`.
