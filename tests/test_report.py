@@ -52,6 +52,7 @@ def write_run(
 def bag_metrics(acc):
     return {
         "val/acc": acc,
+        "val/acc_last": acc,
         "val/acc_best": acc,
         "test/acc": acc - 0.01,
         "test/acc_bag1": acc + 0.02,
@@ -449,6 +450,18 @@ def test_a_run_whose_process_is_gone_is_marked_killed(tmp_path):
     rows = list(csv.DictReader(report.write_report(tmp_path)["csv"].open()))
     statuses = {r["run"]: r["status"] for r in rows}
     assert statuses == {"elsewhere": "running", "gone": "killed", "no_pid": "running?"}
+
+
+def test_an_old_records_val_metrics_are_named_the_last_validations(tmp_path):
+    """Before f8f5e79 a record's val/acc was its last validation's, not the tested checkpoint's:
+    in a val/acc column beside newer runs it read as 0.81 against a val/acc_best of 0.90."""
+    old = {"val/acc": 0.81, "val/acc_best": 0.90, "test/acc": 0.88}
+    new = {"val/acc": 0.90, "val/acc_last": 0.85, "val/acc_best": 0.90, "test/acc": 0.89}
+    write_run(tmp_path, "old", seed=0, metrics=old)
+    write_run(tmp_path, "new", seed=1, metrics=new)
+    rows = {r["run"]: r for r in csv.DictReader(report.write_report(tmp_path)["csv"].open())}
+    assert rows["old"]["val/acc"] == "" and rows["old"]["val/acc_last"] == "0.81"
+    assert rows["old"]["val/acc_best"] == "0.9" and rows["new"]["val/acc"] == "0.9"
 
 
 def test_names_in_natural_order():

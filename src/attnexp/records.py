@@ -106,6 +106,22 @@ def _hydra_file(run_dir: Path, name: str) -> DictConfig | None:
         return None
 
 
+def last_validation_named(metrics: dict) -> dict:
+    """Records written before 2026-11-22 (commit f8f5e79) hold the last validation's values
+    under val/*, where later ones hold the tested checkpoint's (and the last validation's under
+    val/*_last): an old record's are renamed to what they are, so a val/acc column never mixes
+    the two."""
+    old = any(k.startswith("val/") for k in metrics) and not any(
+        k.startswith("val/") and k.endswith("_last") for k in metrics
+    )
+    if not old:
+        return metrics
+    return {
+        f"{k}_last" if k.startswith("val/") and not k.endswith("_best") else k: v
+        for k, v in metrics.items()
+    }
+
+
 def _data_label(record: dict, settings: dict[str, str], config: DictConfig | None) -> str:
     """The embedded sample and the hub are the same data everywhere; local data is its dir: the
     absolute one recorded, or (records without it) the one configured, maybe a relative path."""
@@ -164,7 +180,7 @@ def load_run(path: Path, root: Path) -> Run:
         status = KILLED
     elif status == "running" and "pid" not in record:
         status = UNCHECKED
-    metrics = dict(record.get("metrics") or {})
+    metrics = last_validation_named(dict(record.get("metrics") or {}))
     history = list(record.get("history") or [])
     if not metrics and history:  # running or failed: the last epoch it finished
         metrics = {k: v for k, v in history[-1].items() if k not in ("epoch", "step")}
