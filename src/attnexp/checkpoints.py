@@ -22,7 +22,7 @@ from hydra import compose
 from omegaconf import DictConfig, OmegaConf
 
 from attnexp.config import package_configs
-from attnexp.errors import ConfigError, require_seed
+from attnexp.errors import ConfigError, message_lines, require_seed
 from attnexp.files import TORCH_LOAD_ERRORS
 from attnexp.runs import LAST_CKPT, METRICS_FILE, RUN_CONFIG, override_key, run_holding
 
@@ -295,8 +295,7 @@ def load_weights(task: torch.nn.Module, ckpt: str | Path, state: dict | None = N
     try:
         task.load_state_dict(read_weights(ckpt) if state is None else state)
     except RuntimeError as err:
-        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-        details = "; ".join(line if len(line) <= 300 else line[:297] + "..." for line in lines[1:3])
+        details = "; ".join(message_lines(err)[1:3])
         raise ConfigError(
             f"{ckpt} does not fit the model built from the run's config ({details}): the "
             f"checkpoint is another model's (a .ckpt copied from another run: give ckpt_path=<the "

@@ -64,6 +64,13 @@ def spawned_refusal(err: BaseException) -> ConfigError | None:
     return ConfigError(found[1]) if found else None
 
 
+def message_lines(err: BaseException, width: int = 300) -> list[str]:
+    """An exception's non-blank lines, each cut to `width` characters: torch's state-dict errors
+    run to a line per parameter, which a message quotes a few of."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return [line if len(line) <= width else line[: width - 3] + "..." for line in lines]
+
+
 def exit_with(err: ConfigError) -> NoReturn:
     """Entry points: end with the message (it says what to change) and exit status 2, without
     the traceback Hydra would print around it."""

@@ -25,7 +25,7 @@ from pytorch_lightning.utilities.exceptions import MisconfigurationException, SI
 from attnexp.build import build, check_data_dir, resolved_data_dir
 from attnexp.config import register_resolvers
 from attnexp.data.base import changed_splits
-from attnexp.errors import ConfigError, exit_with, spawned_refusal
+from attnexp.errors import ConfigError, exit_with, message_lines, spawned_refusal
 from attnexp.files import TORCH_LOAD_ERRORS, checkpoint_value
 from attnexp.overrides import unknown_keys
 from attnexp.run_record import WORKER_KEYS, RunRecord
@@ -228,8 +228,8 @@ def check_resume_fits(task: ClassificationTask, run_dir: Path, resume: str) -> N
 
 def one_line(err: BaseException) -> str:
     """torch's reason in one line: its first two (a size mismatch per parameter may follow)."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    text = " ".join(line if len(line) <= 300 else line[:297] + "..." for line in lines[:2])
+    lines = message_lines(err)
+    text = " ".join(lines[:2])
     return f"{text} ..." if len(lines) > 2 else text
 
 
