@@ -1,8 +1,10 @@
 import functools
+import inspect
 
 import pytest
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.utilities.signature_utils import is_param_in_hook_signature
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -200,6 +202,18 @@ def test_hook_name_is_set_without_module_setattr(monkeypatch):
     assert "_current_fx_name" not in calls
     task._current_fx_name = None
     assert task._current_fx_name is None and "_current_fx_name" in vars(task)
+
+
+def test_training_step_signature_is_read_once():
+    """Lightning asks on every step whether training_step takes `batch_idx`
+    (inspect.getfullargspec); the task keeps its signature so that no step parses it again. The
+    kept one must be the function's own, so that Lightning still passes `batch_idx`."""
+    step = ClassificationTask.training_step
+    assert "__signature__" in vars(step)
+    code = step.__code__
+    assert list(inspect.signature(step).parameters) == list(code.co_varnames[: code.co_argcount])
+    task = ClassificationTask(Linear(), 3, torch.optim.Adam)
+    assert is_param_in_hook_signature(task.training_step, "batch_idx", min_args=2)
 
 
 def test_an_evaluation_of_one_class_is_noted():

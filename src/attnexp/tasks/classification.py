@@ -4,6 +4,7 @@ A batch is a dict: `labels` (B,) plus the model's keyword inputs. The model retu
 (logits, attention) when called with `return_attention=True`.
 """
 
+import inspect
 from collections.abc import Callable
 
 import pytorch_lightning as pl
@@ -98,6 +99,11 @@ class ClassificationTask(pl.LightningModule):
         if connector is None or connector.should_update_logs:
             self.log("train/loss_step", loss, prog_bar=True, batch_size=batch["labels"].shape[0])
         return loss
+
+    # Lightning reads training_step's signature on every step, to learn whether it takes
+    # `batch_idx` (inspect.getfullargspec: ~28 us). A function's `__signature__` is returned as it
+    # is, so the signature is read once, here: ~5 us a step.
+    training_step.__signature__ = inspect.signature(training_step)
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self._shared_step(batch, self.val_stats)
