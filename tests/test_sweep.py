@@ -151,15 +151,17 @@ TUNED_ROWS = {
 
 @pytest.mark.parametrize("row", TUNED_ROWS)
 def test_the_tuned_bag_table_runs_the_reported_commands(compose_cfg, row):
-    """Each job of `experiment=bag_table_tuned` composes the very config of its row's command in
-    docs/RESULTS.md, so the sweep repeats those numbers (on a machine that computes alike)."""
+    """Each job of `experiment=bag_table_tuned`, and the short command of the bag table in
+    docs/RESULTS.md (`experiment=bag/<row>` + the recipe), compose the very config of the row's
+    reported command, so both repeat those numbers (on a machine that computes alike)."""
     swept = compose_cfg("experiment=bag_table_tuned", f"+experiment/bag={row}", "seed=1")
     recipe = ["scheduler=cosine_warmup", "trainer.max_epochs=15", "data.shift=2", "seed=1"]
+    short = compose_cfg(f"experiment=bag/{row}", *recipe)
     reported = compose_cfg(*TUNED_ROWS[row], *recipe)
-    job = [OmegaConf.to_container(cfg) for cfg in (swept, reported)]
+    job = [OmegaConf.to_container(cfg) for cfg in (swept, short, reported)]
     for cfg in job:
         del cfg["hydra"]  # the sweep's own settings; the job's config is the rest
-    assert job[0] == job[1]
+    assert job[0] == job[2] and job[1] == job[2]
     params = compose_cfg("experiment=bag_table_tuned").hydra.sweeper.params
     assert params["+experiment/bag"].split(",") == list(TUNED_ROWS)
 
