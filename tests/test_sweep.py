@@ -82,10 +82,7 @@ def test_sweep_subdir_names_only_the_swept_overrides(tmp_path):
     assert swept_keys(tmp_path) == {"seed", "experiment/bag"}
     job = ["seed=1", "trainer.max_epochs=2", "model.hidden_size=8", "+experiment/bag=dot"]
     assert sweep_subdir(3, str(tmp_path), job, "fallback") == "3_seed=1,bag=dot"
-    # no multirun.yaml (e.g. Optuna): the sweeper's params, else Hydra's override_dirname
-    assert (
-        sweep_subdir(0, str(tmp_path / "x"), job, "all,of=them", {"seed": "range(3)"}) == "0_seed=1"
-    )
+    # no multirun.yaml (a sweep started without SweepDirGuard): Hydra's override_dirname
     assert sweep_subdir(0, str(tmp_path / "x"), job, "all,of=them") == "0_all,of=them"
     long = sweep_subdir(0, str(tmp_path), ["seed=" + "9" * 400], "")
     assert len(long) < 200
@@ -105,8 +102,30 @@ def test_a_command_line_value_wins_over_the_sweepers_params(tmp_path):
     )
     assert swept_keys(tmp_path) == {"experiment/bag"}
     job = ["experiment=bag_table", "seed=0", "+experiment/bag=dot"]
-    params = {"+experiment/bag": "mlp,dot", "seed": "0,1,2"}
-    assert sweep_subdir(1, str(tmp_path), job, "fallback", params) == "1_bag=dot"
+    assert sweep_subdir(1, str(tmp_path), job, "fallback") == "1_bag=dot"
+
+
+def test_the_sweep_config_is_saved_for_sweepers_that_save_none(tmp_path):
+    """Optuna saves no multirun.yaml; without it every job's name listed a key the command line
+    fixes (`scorer=dot` beside the searched ones). The guard saves the sweep's config first."""
+    sweep = tmp_path / "sweep"
+    config = {
+        "hydra": {
+            "sweep": {"dir": str(sweep)},
+            "overrides": {"task": ["hparams_search=bag_optuna", "scorer=dot"]},
+            "sweeper": {
+                "params": {
+                    "scorer": "choice(additive, dot)",
+                    "optimizer.lr": "tag(log, interval(0.0001, 0.01))",
+                }
+            },
+        }
+    }
+    SweepDirGuard().on_multirun_start(OmegaConf.create(config))
+    assert OmegaConf.load(sweep / "multirun.yaml") == config
+    assert swept_keys(sweep) == {"optimizer.lr"}
+    job = ["optimizer.lr=0.002", "scorer=dot", "hparams_search=bag_optuna"]
+    assert sweep_subdir(0, str(sweep), job, "fallback") == "0_optimizer.lr=0.002"
 
 
 @pytest.mark.parametrize(
@@ -194,6 +213,26 @@ def test_optuna_search_config_composes(compose_cfg):
         pytest.skip("hydra-optuna-sweeper not installed (pip install -e '.[optuna]')")
     cfg = compose_cfg("hparams_search=bag_optuna")
     assert cfg.hydra.sweeper.direction == "maximize" and cfg.optimized_metric == "val/acc_best"
+
+
+def test_an_optuna_search_names_its_jobs_by_the_searched_keys(tmp_path):
+    """Two trials with the scorer and the hidden size (TINY) fixed on the command line: each job
+    is a completed run named by the one key the search still varies, and the sweep dir keeps the
+    sweep's config."""
+    if importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None:
+        pytest.skip("hydra-optuna-sweeper not installed (pip install -e '.[optuna]')")
+    sweep = tmp_path / "search"
+    search = ["hparams_search=bag_optuna", "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={sweep}"]
+    result = run_cli(tmp_path, *search, "scorer=dot", *TINY)
+    assert result.returncode == 0, result.stderr[-4000:]
+    jobs = sorted(p.parent.name for p in sweep.glob("*/metrics.json"))
+    assert [name.split("_", 1)[0] for name in jobs] == ["0", "1"]
+    for name in jobs:
+        keys = [item.split("=")[0] for item in name.split("_", 1)[1].split(",")]
+        assert keys == ["optimizer.lr"], name
+        record = json.loads((sweep / name / "metrics.json").read_text())
+        assert record["status"] == "completed" and "scorer=dot" in record["overrides"]
+    assert "scorer=dot" in OmegaConf.load(sweep / "multirun.yaml").hydra.overrides.task
 
 
 def test_optuna_search_space_without_the_plugin(compose_cfg):

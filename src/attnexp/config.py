@@ -19,8 +19,8 @@ def register_resolvers() -> None:
             resume, root, list(overrides)
         ),
         "attnexp.hydra_subdir": hydra_subdir,
-        "attnexp.sweep_subdir": lambda num, sweep_dir, overrides, fallback, params=None: (
-            sweep_subdir(num, sweep_dir, list(overrides), fallback, params)
+        "attnexp.sweep_subdir": lambda num, sweep_dir, overrides, fallback: sweep_subdir(
+            num, sweep_dir, list(overrides), fallback
         ),
     }
     for name, fn in resolvers.items():

@@ -2,8 +2,9 @@
 
 Hydra's `override_dirname` names a job by every override on the command line, so with fixed
 settings such as `trainer.max_epochs=1` every job dir (and TensorBoard run) starts with the same
-long prefix. The sweeper writes the sweep's own config (`multirun.yaml`, with the sweep
-expressions) before it launches any job, so a job can tell which of its overrides were swept.
+long prefix. The sweep's own config (`multirun.yaml`, with the sweep
+expressions) is saved before any job is launched, so a job can tell which of its overrides were
+swept.
 """
 
 import hashlib
@@ -38,7 +39,7 @@ MAX_NAME = 160  # file systems allow 255 bytes per path component
 def swept_keys(sweep_dir: str | Path) -> set[str] | None:
     """Keys (`seed`, `model.num_heads`, `experiment/bag`) swept in the sweep at `sweep_dir`.
 
-    None when the sweep wrote no `multirun.yaml` (e.g. a sweeper that does not write one).
+    None when the sweep dir holds no `multirun.yaml` (SweepDirGuard saves one for every sweep).
     """
     path = Path(sweep_dir) / "multirun.yaml"
     if not path.is_file():
@@ -66,15 +67,9 @@ def _short(line: str) -> str:
     return f"{key}={value}".replace("/", "_")
 
 
-def sweep_subdir(num: int, sweep_dir: str, overrides: list[str], fallback: str, params=None) -> str:
-    """`<job num>_<swept overrides>`, e.g. `3_bag=dot,seed=1`; `fallback` if none are known.
-
-    `params`: the job's `hydra.sweeper.params`, read where the sweep wrote no multirun.yaml
-    (sweepers such as Optuna).
-    """
+def sweep_subdir(num: int, sweep_dir: str, overrides: list[str], fallback: str) -> str:
+    """`<job num>_<swept overrides>`, e.g. `3_bag=dot,seed=1`; `fallback` if none are known."""
     keys = swept_keys(sweep_dir)
-    if keys is None:
-        keys = {str(k).lstrip("+~") for k in (params or {})}
     parser = OverridesParser.create()
     varied = [
         o.input_line
@@ -123,11 +118,16 @@ def earlier_sweep(sweep_dir: Path) -> Path | None:
 
 
 class SweepDirGuard(Callback):
-    """Hydra callback: before the sweeper writes anything, refuse a sweep dir holding a sweep.
+    """Hydra callback: before the sweeper writes anything, refuse a sweep dir holding a sweep;
+    then save the sweep's config there (`multirun.yaml`).
 
     Job dirs are named by job number and overrides, so a sweep run again into the same dir lands
     in the earlier jobs' dirs: their configs overwritten, their records kept as if resumed,
     checkpoints and TensorBoard events mixed. The default sweep dir is new each time.
+
+    Hydra's basic sweeper saves `multirun.yaml` itself (the same config, once more); other
+    sweepers (Optuna) save none, and without it the job names could not tell the keys a sweep
+    varies from those the command line fixes.
     """
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
@@ -151,6 +151,8 @@ class SweepDirGuard(Callback):
                     f"jobs would be re-run into the same dirs (give a new hydra.sweep.dir=..., or "
                     f"leave hydra.sweep.dir out for a new timestamped dir)"
                 )
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            OmegaConf.save(config, sweep_dir / "multirun.yaml")
 
 
 def check_launcher(config: DictConfig) -> None:
