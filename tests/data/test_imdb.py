@@ -37,6 +37,11 @@ def test_local_parquet_splits_stratified(tmp_path):
     assert Counter(dm.splits["val"].labels) == {0: 6, 1: 6}
     assert max(len(ids) for ids in dm.splits["train"].ids) <= 20
     assert dm.model_kwargs["vocab_size"] == dm.tokenizer.get_vocab_size()
+    # The test loader reads the test reviews, not the dev ones (the test metrics would be val's).
+    batches = list(dm.test_dataloader())
+    assert sum(len(b["labels"]) for b in batches) == 20
+    tested = {tuple(row[row != 0].tolist()) for b in batches for row in b["input_ids"]}  # unpadded
+    assert tested.isdisjoint(tuple(ids) for ids in dm.splits["val"].ids)
 
 
 def test_split_seed_fixes_the_dev_reviews_across_run_seeds(tmp_path):
@@ -105,6 +110,14 @@ def test_train_fraction_keeps_a_stratified_share_of_the_training_reviews(tmp_pat
     dm.setup("fit")
     assert Counter(dm.splits["train"].labels) == {0: 12, 1: 12}  # half of the 48 left by val
     assert len(dm.splits["val"]) == 12 and len(dm.splits["test"]) == 40
+
+    def trained_on(seed: int) -> list:
+        dm = make_dm(tmp_path, val_fraction=0.2, train_fraction=0.5, seed=seed, split_seed=7)
+        dm.setup("fit")
+        return sorted(dm.tokenizer.decode(list(ids)) for ids in dm.splits["train"].ids)
+
+    # The share is drawn from the split seed, as the dev reviews are: every run seed trains on it.
+    assert trained_on(0) == trained_on(1)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -232,6 +245,32 @@ def test_token_cache_is_reused(tmp_path, caplog):
     assert len(list((tmp_path / "cache" / "imdb").iterdir())) > len(files)
 
 
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"truncation": "head_tail"},
+        {"vocab_size": 12},
+        {"min_frequency": 40},
+        {"lowercase": False},
+        {"word_split": "whitespace"},
+    ],
+)
+def test_the_cache_never_hands_one_settings_tokenizer_or_ids_to_another(tmp_path, setting):
+    """A setting left out of a cache key would train on the tokenizer or the ids of the run
+    before it, silently."""
+    write_imdb(tmp_path / "data")
+
+    def built(**kwargs) -> tuple:
+        dm = make_dm(tmp_path, **kwargs)
+        dm.setup("fit")
+        return dm.tokenizer.to_str(), list(dm.splits["train"].ids)
+
+    default = built()  # fills the cache
+    fresh = built(cache_dir=str(tmp_path / "empty"), **setting)
+    assert fresh != default  # the setting matters to these reviews
+    assert built(**setting) == fresh
+
+
 def test_artifacts_round_trip_and_raw_inputs(tmp_path):
     write_imdb(tmp_path / "data")
     dm = make_dm(tmp_path)
@@ -246,6 +285,7 @@ def test_artifacts_round_trip_and_raw_inputs(tmp_path):
     assert fresh.check_raw({"text": "  "}) is not None and fresh.check_raw({"text": "film"}) is None
     assert any("unknown" in n for n in fresh.raw_notes({"text": "zzqx qqq"}))
     assert any("first 20 of 50" in n for n in fresh.raw_notes({"text": "film " * 50}))
+    assert fresh.raw_notes({"text": "film " * 20}) == []  # exactly max_seq_len: all read
     tail = make_dm(tmp_path, truncation="head_tail")
     tail.load_artifacts(str(tmp_path / "run"))
     assert tail.encode_raw([{"text": "a " * 30 + "great"}])["input_ids"][
@@ -328,6 +368,10 @@ def test_a_split_that_leaves_a_side_empty_is_refused(tmp_path):
         ConfigError, match=r"data.val_fraction=0.01 of the 8 train reviews leaves 0"
     ):
         make_dm(tmp_path, val_fraction=0.01).setup("fit")
+    with pytest.raises(
+        ConfigError, match=r"0.9 of the 4 test reviews leaves 4 for validation and 0 for test"
+    ):
+        make_dm(tmp_path, val_fraction=0.9, val_from="test").setup("fit")
 
 
 def write_parquet(folder, split, texts, labels):
@@ -374,6 +418,20 @@ def test_empty_reviews_are_scored_and_said(tmp_path):
     dm = make_dm(tmp_path, val_fraction=0.1)
     dm.setup("fit")
     assert dm.notes == ["2 of the 4 test reviews are empty"]
+
+
+def test_relabelled_reviews_change_their_splits_fingerprint(tmp_path):
+    """The same texts under other labels are other data: evaluate and a resume must be able to
+    tell that the test set they read is not the one the run scored."""
+    folder = tmp_path / "data" / "imdb"
+    write_parquet(folder, "train", ["good", "bad"] * 10, [1, 0] * 10)
+    prints = []
+    for labels in ([1, 0], [0, 1]):
+        write_parquet(folder, "test", ["good", "bad"], labels)
+        dm = make_dm(tmp_path, val_fraction=0.1)
+        dm.setup("fit")
+        prints.append(dm.fingerprints)
+    assert prints[0]["test"] != prints[1]["test"] and prints[0]["train"] == prints[1]["train"]
 
 
 def test_acl_review_not_utf8(tmp_path):
