@@ -97,7 +97,7 @@ def sweep(tmp_path):
         host=platform.node(),
         seed=1,
         overrides=["scorer=bilinear", "seed=1", "trainer.max_epochs=2"],
-        history=curve(0.5),
+        history=curve(0.4, 0.5),
     )
     return root
 
@@ -127,6 +127,7 @@ def test_report_rows_statuses_and_metrics(sweep):
             assert float(row[key]) == pytest.approx(value)
     assert rows[4]["error"].startswith("ValueError: boom")
     assert float(rows[5]["val/acc"]) == pytest.approx(0.5)  # a run in flight: its last epoch
+    assert [r["epochs"] for r in rows] == ["2"] * 4 + ["0", "2"]
 
 
 def test_markdown_mean_std_over_seeds_and_failed_marked(sweep):
@@ -136,6 +137,9 @@ def test_markdown_mean_std_over_seeds_and_failed_marked(sweep):
     dot_line = next(line for line in text.splitlines() if line.startswith("| dot |"))
     assert expected in dot_line and "| 0,1 | 2/2 |" in dot_line
     assert "0/2 (failed, running)" in text
+    # no mean of runs that did not complete: a running run's epoch 2 is not a result
+    rows = {row[0]: row for row in variant_rows(text)}
+    assert rows["bilinear"] == ["bilinear", "0,1", "0/2 (failed, running)"]  # metric cells empty
     assert "**FAILED**" in text and "**RUNNING**" in text
     assert "Metrics of runs not completed are from their last finished epoch." in text
     assert "6 runs: 4 completed, 1 failed, 1 running." in text
@@ -302,7 +306,14 @@ def test_the_data_all_runs_read_is_said(tmp_path):
 
 def test_the_recorded_absolute_data_dir_tells_local_data_apart(tmp_path):
     for name, data_dir in (("from_a", "/a/data"), ("from_b", "/b/data")):  # both ran with ./data
-        write_run(tmp_path, name, data_source="local", data_dir=data_dir, metrics={"test/acc": 0.5})
+        write_run(
+            tmp_path,
+            name,
+            data_source="local",
+            data_dir=data_dir,
+            metrics={"test/acc": 0.5},
+            config={"paths": {"data_dir": "data"}},
+        )
     text = report.write_report(tmp_path)["markdown"].read_text()
     assert {row[0] for row in variant_rows(text)} == {"local:/a/data", "local:/b/data"}
 
@@ -361,6 +372,19 @@ def test_a_failed_seed_run_again_counts_once(tmp_path):
     (row,) = variant_rows(report.write_report(tmp_path)["markdown"].read_text())
     assert row[1:3] == ["0,1", "2/2 (b_seed1 repeats seed 1, not counted)"]
     assert row[3] == f"{statistics.mean([0.8, 0.9]):.4f} ± {statistics.stdev([0.8, 0.9]):.4f}"
+
+
+def test_a_completed_seed_run_again_and_failed_still_counts(tmp_path):
+    """A seed that completed, then failed when run again: the completed run counts, not the
+    failure started after it (the row read 0/1, the seed's result dropped)."""
+    for name, status, started in (
+        ("a_seed0", "completed", "2026-01-01T00:00:00"),
+        ("b_seed0_again", "failed", "2026-01-02T00:00:00"),
+    ):
+        metrics = {"test/acc": 0.8} if status == "completed" else None
+        write_run(tmp_path, name, status, seed=0, metrics=metrics, started_at=started)
+    (row,) = variant_rows(report.write_report(tmp_path)["markdown"].read_text())
+    assert row[1:] == ["0", "1/1 (b_seed0_again repeats seed 0, not counted)", "0.8000"]
 
 
 def test_explicit_default_is_the_same_variant_as_the_implicit_one(tmp_path):
@@ -533,9 +557,14 @@ def test_runs_on_changed_data_files_are_never_averaged(tmp_path):
 
 def test_variants_that_ran_one_config_are_said(tmp_path):
     """experiment=bag_table scorer=dot: every row ran the dot scorer under its own name."""
-    config = {"model": {"hidden_size": 8}, "scorer": {"_target_": "dot"}}
     for row in ("dot", "bilinear"):
         for seed in (0, 1):
+            config = {  # seed and paths differ between runs of one config
+                "model": {"hidden_size": 8},
+                "scorer": {"_target_": "dot"},
+                "seed": seed,
+                "paths": {"log_dir": f"/logs/{row}_s{seed}"},
+            }
             write_run(
                 tmp_path,
                 f"{row}_s{seed}",
