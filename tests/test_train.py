@@ -213,7 +213,9 @@ def test_evaluate_sweeps_never_write_over_earlier_evaluations(finished_run, tmp_
     default = run_cli(tmp_path, *args, module="attnexp.evaluate")
     assert default.returncode == 0, default.stderr[-4000:]
     (sweep,) = (tmp_path / "outputs" / "evals").iterdir()  # under paths.log_dir, not ./multirun
-    assert (sweep / "0" / "metrics.json").is_file()
+    record = read(sweep / "0" / "metrics.json")
+    assert record["run_metrics"] == read(run_dir / "metrics.json")["metrics"]  # the summary's "run"
+    assert "data: evaluated on the embedded sample, not the full dataset" in record["warnings"]
     before = snapshot(sweep)
     again = run_cli(
         tmp_path, *args, "seed=1", f"hydra.sweep.dir={sweep}", module="attnexp.evaluate"
@@ -279,6 +281,8 @@ def test_evaluate_settings_are_checked_before_loading(finished_run, tmp_path):
     for trainer, match in (
         ({"devices": "abc"}, r"trainer.devices=abc: evaluate tests in one process.*devices=1"),
         ({"devices": 2}, r"trainer.devices=2: evaluate tests in one process.*counting some"),
+        ({"devices": [0, 1]}, r"trainer.devices=\[0, 1\]: evaluate tests in one process"),
+        ({"devices": "auto"}, r"trainer.devices=auto: evaluate tests in one process"),
         ({"precision": "16-mixed"}, r"trainer.precision=16-mixed: float16 autocast runs on GPUs"),
         ({"precision": 17}, r"trainer.precision=17.*: Precision 17 is invalid"),
         ({"limit_test_batches": 0}, r"trainer.limit_test_batches=0 must be a number of batches"),
@@ -339,6 +343,10 @@ def test_evaluate_refuses_other_data_before_loading_it(tmp_path):
     assert result.returncode == 2, result.stderr[-2000:]
     assert "tested on sample data, this evaluation reads local data" in result.stderr
     assert "Traceback" not in result.stderr
+    # its own failed record, not set aside as an earlier attempt's by a second, empty one
+    (eval_dir,) = (tmp_path / "outputs" / "evals").iterdir()
+    assert [p.name for p in eval_dir.glob("metrics*.json")] == ["metrics.json"]
+    assert "this evaluation reads local data" in read(eval_dir / "metrics.json")["error"]
 
 
 def test_resume_auto_then_a_run_dir(finished_run):
@@ -520,7 +528,9 @@ def resumed_record(run_dir: Path) -> RunRecord:
     (run_dir / "metrics.json").write_text(json.dumps(earlier))
     record = RunRecord(run_dir, seed=0, overrides=[])
     record.start()
-    assert read(run_dir / "metrics.json")["status"] == "running"
+    started = read(run_dir / "metrics.json")
+    # the earlier best stays the best (evaluate, a report read it) until this attempt saves one
+    assert started["status"] == "running" and started["best_ckpt"] == "checkpoints/b"
     return record
 
 
@@ -799,6 +809,12 @@ def test_resume_errors(tmp_path):
     longer = ["seed=1", "model.hidden_size=16", "trainer.max_epochs=9"]
     assert resolve_run_dir("auto", str(runs_root), longer) == str(run_dir)
     assert resolve_run_dir("auto", str(runs_root), ["seed=1"]) != str(run_dir)  # not the same run
+    # two such runs: the one whose last.ckpt is newest; one without a last.ckpt never
+    newer = shutil.copytree(run_dir, tmp_path / "newer")
+    os.utime(run_dir / "checkpoints" / "last.ckpt", (1e9, 1e9))
+    assert resolve_run_dir("auto", str(runs_root), longer) == str(newer)
+    (newer / "checkpoints" / "last.ckpt").unlink()
+    assert resolve_run_dir("auto", str(runs_root), longer) == str(run_dir)
     with pytest.raises(ConfigError, match=r"lies inside the run .*: give the run dir, resume="):
         check_resume(str(run_dir / "checkpoints" / "last.ckpt"), longer)
     # a damaged overrides.yaml: resume=<dir> says so, resume=auto passes the run by
@@ -898,8 +914,13 @@ def ended_pid() -> int:
     return child.pid
 
 
-def test_writer_alive_tells_a_killed_run_from_a_running_one(tmp_path):
+def test_writer_alive_tells_a_killed_run_from_a_running_one(tmp_path, monkeypatch):
     here = {"status": "running", "host": platform.node()}
+    started = RunRecord(tmp_path / "started", seed=0, overrides=[])
+    started.start()  # a record says who writes it: a killed run can be told from a running one
+    mine = read(tmp_path / "started" / "metrics.json")
+    assert (mine["pid"], mine["host"]) == (os.getpid(), platform.node())
+    assert writer_alive(mine) is True
     assert writer_alive({**here, "pid": os.getpid()}) is True
     assert writer_alive({**here, "pid": ended_pid()}) is False  # killed: it never wrote `failed`
     assert writer_alive({**here, "pid": os.getpid(), "host": "elsewhere"}) is None  # can't tell
@@ -908,6 +929,12 @@ def test_writer_alive_tells_a_killed_run_from_a_running_one(tmp_path):
     (tmp_path / "metrics.json").write_text(json.dumps({**here, "pid": ended_pid()}))
     check_not_running(tmp_path, "resume=auto")  # its writer is gone: it may be resumed
     check_not_running(tmp_path / "no-record", "resume=auto")
+
+    def another_users(pid: int, signal: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "kill", another_users)
+    assert writer_alive({**here, "pid": 1}) is True  # alive, not ours to signal
 
 
 def test_a_run_still_going_is_not_resumed(finished_run, tmp_path):
