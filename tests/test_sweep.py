@@ -263,6 +263,8 @@ def test_relaunching_strategy_rejected_in_a_local_multirun(monkeypatch):
         monkeypatch.delenv(key, raising=False)
     with pytest.raises(ConfigError, match="trainer.strategy=fsdp re-launches"):
         check_strategy("fsdp", multirun=True)
+    with pytest.raises(ConfigError, match="strategy=ddp_find_unused_parameters_true re-launches"):
+        check_strategy("ddp_find_unused_parameters_true", multirun=True)  # ddp, by another name
     check_strategy("fsdp", multirun=False)
     check_strategy("ddp_spawn", multirun=True)
     monkeypatch.setenv("SLURM_NTASKS", "4")
