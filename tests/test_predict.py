@@ -141,28 +141,31 @@ def test_predict_with_attention_pooling_or_none(pooled_run_dir, capsys, tmp_path
 
 def test_edge_cases_from_a_texts_file(run_dir, capsys, tmp_path):
     texts = tmp_path / "texts.txt"
-    texts.write_text(
-        "\n".join(["a great film", "", "   \t ", "zzqx blorf", "great " * 500, "<br /><br />"])
-        + "\n"
-    )
+    lines = ["a great film", "", "   \t ", "zzqx blorf", "great " * 500, "<br /><br />"]
+    texts.write_text("\n".join([*lines, "a great\tfilm"]) + "\n")
     rc, out, _ = predict(
         capsys,
         f"ckpt_path={run_dir}",
         f"texts_file={texts}",
         f"out_dir={tmp_path / 'out'}",
-        "max_figures=1",
+        "max_figures=4",
     )
     assert rc == 0
     rows = [
         json.loads(line)
         for line in (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()
     ]
-    assert len(rows) == 6
-    assert rows[0]["label"] in ("positive", "negative") and rows[0]["files"]
+    assert len(rows) == 7
+    assert rows[0]["label"] in ("positive", "negative")
+    for i in (0, 3):  # one batch: each row names its own figures, not its batch's
+        stem = tmp_path / "out" / f"example{i:04d}"
+        assert sorted(rows[i]["files"]) == [f"{stem}.html", f"{stem}.png"]
     assert rows[1]["problem"] and rows[2]["problem"] and rows[5]["problem"]  # nothing to classify
     assert rows[3]["label"] and any("unknown" in n for n in rows[3]["notes"])
     assert rows[4]["label"] and any("first 32 of 500" in n for n in rows[4]["notes"])
-    assert not rows[4]["files"]  # max_figures=1
+    assert not rows[4]["files"] and not rows[6]["files"]  # max_figures=4: rows 0-3 only
+    # a model of one text reads a tab as part of the text, not as a field separator
+    assert rows[6]["input"] == {"text": "a great\tfilm"} and rows[6]["label"]
     assert out.count("no prediction") == 3
 
 
@@ -320,6 +323,14 @@ def test_pair_file_blank_lines_figures_and_html(pair_run_dir, capsys, tmp_path, 
         "predictions.jsonl",
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "pairs.txt"]  # no None.png
+
+
+def test_a_pair_model_given_one_text_says_which_is_missing(pair_run_dir, capsys, tmp_path):
+    """text_a= alone is a command to fix, not a traceback."""
+    args = [f"ckpt_path={pair_run_dir}", "text_a=电脑怎么录像", f"out_dir={tmp_path}"]
+    rc, _, err = predict(capsys, *args)
+    assert rc == 2 and "Traceback" not in err
+    assert err.startswith("error: missing text_b=... (this model reads text_a, text_b)")
 
 
 def test_a_longer_max_seq_len_than_trained_is_said(pair_run_dir, capsys, tmp_path, caplog):
