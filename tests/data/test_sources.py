@@ -37,6 +37,14 @@ def test_planned_source(tmp_path, monkeypatch, source, folder, online, expected)
     assert planned(source, tmp_path / "data", has_hub=True, has_sample=True) == expected
 
 
+def test_datasets_offline_alone_keeps_auto_off_the_hub(tmp_path, monkeypatch):
+    """HF_DATASETS_OFFLINE=1 without HF_HUB_OFFLINE: datasets will not reach the hub, so auto
+    must plan the sample, not a hub load that fails."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    assert planned("auto", tmp_path / "none", has_hub=True, has_sample=True) == "sample"
+
+
 def test_planned_source_without_a_sample_or_hub(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert planned("auto", tmp_path / "none", has_hub=True, has_sample=False) is None
