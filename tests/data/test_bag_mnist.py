@@ -43,6 +43,13 @@ def test_splits_loaders_and_eval_sets(data_dir):
     assert dm.test_set_names == ["bag1", "bag5", "variable"]
     tests = dm.test_dataloader()
     assert [first(t)["items"].shape[1] for t in tests] == [3, 1, 5, 4]
+    # the variable set holds bags of every size from 1 to eval_variable_max
+    assert set(torch.cat([b["mask"].sum(1) for b in tests[-1]]).tolist()) == {1, 2, 3, 4}
+    # every test bag is made of test images, none of them held out for validation
+    test_images, val_images = image_set(dm.splits["test"][0]), image_set(dm.splits["val"][0])
+    for loader in tests:
+        drawn = image_set(torch.cat([b["items"][b["mask"]] for b in loader]))
+        assert drawn <= test_images and not drawn & val_images
     batch = dm.on_after_batch_transfer(first(tests[-1]), 0)
     assert batch["items"].shape[2:] == (1, 28, 28) and batch["items"].dtype == torch.float32
     assert (batch["items"][~batch["mask"]] == 0).all()  # padded slots are zero after normalising
@@ -134,6 +141,9 @@ def test_variable_training_bags(data_dir):
 
 
 def test_adapt_to_a_model_with_a_size_limit(data_dir):
+    fits = make(data_dir, eval_bag_sizes=[1, 3], eval_variable_max=3)
+    fits.adapt_to(BagMLP(10, bag_size=3, image_size=28))  # every test bag fits: nothing dropped
+    assert fits.test_set_names == ["bag1", "bag3", "variable"] and fits.notes == []
     dm = make(data_dir, eval_bag_sizes=[1, 3, 4], eval_variable_max=6)
     dm.adapt_to(BagMLP(10, bag_size=3, image_size=28))
     assert dm.eval_bag_sizes == [1, 3] and dm.eval_variable_max == 0
@@ -189,6 +199,19 @@ def test_first_epoch_bags_are_the_recorded_stream(data_dir):
         index, mask = sample_bags(8, len(dm.splits["train"][0]), 3, 3, generator)
         assert torch.equal(batch["items"], dm.splits["train"][0][index])
         assert torch.equal(batch["mask"], mask)
+
+
+def test_test_sets_are_the_recorded_streams(data_dir):
+    """The recorded runs' test sets: test images only (never the validation ones), the main set
+    drawn from seed * 1000 + 2, each bag{n} set from its own seed * 1000 + 100 + n (so the sets
+    of two sizes are independent draws), the variable set of 1..max items from seed * 1000 + 3."""
+    dm = make(data_dir, seed=2, eval_bag_sizes=[1, 2], eval_variable_max=4, num_eval_bags=10)
+    images = dm.splits["test"][0]
+    expected = [(3, 3, 2002), (1, 1, 2101), (2, 2, 2102), (1, 4, 2003)]
+    for loader, (low, high, seed) in zip(dm.test_dataloader(), expected, strict=True):
+        index, mask = sample_bags(10, len(images), low, high, torch.Generator().manual_seed(seed))
+        assert torch.equal(torch.cat([b["items"] for b in loader]), images[index])
+        assert torch.equal(torch.cat([b["mask"] for b in loader]), mask)
 
 
 def test_workers_draw_different_bags(data_dir):

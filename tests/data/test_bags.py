@@ -16,11 +16,12 @@ LABELS = torch.tensor([3, 7, 1, 8, 2, 5])
 
 
 def test_largest_and_parity_rules():
-    index = torch.tensor([[0, 1, 2], [2, 4, 0], [3, 0, 0]])
-    mask = torch.tensor([[True, True, True], [True, True, True], [True, False, False]])
-    # bags: {3,7,1} sum 11 odd; {1,2,3} sum 6 even; {8} even (padding ignored)
-    assert bag_labels(LABELS, index, mask, "largest").tolist() == [7, 3, 8]
-    assert bag_labels(LABELS, index, mask, "parity").tolist() == [1, 3, 8]
+    index = torch.tensor([[0, 1, 2], [2, 4, 0], [3, 0, 0], [1, 3, 2]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 1], [1, 0, 0], [1, 0, 0]], dtype=torch.bool)
+    # bags: {3,7,1} sum 11 odd; {1,2,3} sum 6 even; {8} even (padding ignored);
+    # {7} odd, its padded slots holding a larger (8) and a smaller (1) label: both ignored
+    assert bag_labels(LABELS, index, mask, "largest").tolist() == [7, 3, 8, 7]
+    assert bag_labels(LABELS, index, mask, "parity").tolist() == [1, 3, 8, 7]
 
 
 def test_parity_ignores_the_label_of_a_padded_slot():
@@ -69,6 +70,8 @@ def test_fixed_bags_are_fixed_per_seed():
     assert not torch.equal(batches(fixed(seed=1))[0]["items"], a[0]["items"])
     # every bag, in order; the last batch is smaller
     assert [len(x["labels"]) for x in batches(fixed(batch_size=4))] == [4, 4, 2]
+    # ... and the sampler says so: Lightning reads len() to know how many test batches to run
+    assert len(fixed(batch_size=4)) == 3 and len(fixed(batch_size=5)) == 2
     assert torch.equal(torch.cat([x["items"] for x in batches(fixed(batch_size=4))]), a[0]["items"])
 
 
@@ -125,6 +128,8 @@ def test_shift_images_moves_each_image_and_fills_with_background():
             dy, dx = moves[b, t].tolist()
             assert torch.equal(out[b, t], moved_by_hand(images[b, t], dy, dx)), (dy, dx)
     assert torch.equal(out[0, 0], images[0, 0])  # (0, 0) leaves the image as it was
+    up_left = shift_images(images, torch.tensor([-1, -2]).expand(2, 3, 2))  # no move positive
+    assert torch.equal(up_left[1, 2], moved_by_hand(images[1, 2], -1, -2))
     assert (out[1, 0, :2] == 0).all() and (out[1, 0, 2:] != 0).all()  # moved down 2: top rows empty
 
 
