@@ -51,7 +51,8 @@ def test_epoch_metrics_cover_every_batch():
 
 
 def test_stats_match_torchmetrics():
-    """acc, macro F1 (with a class that never occurs) and the batch-size-weighted mean loss."""
+    """acc, macro F1 (with a class that never occurs, and one predicted but never a label) and
+    the batch-size-weighted mean loss."""
     from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
     torch.manual_seed(0)
@@ -73,6 +74,13 @@ def test_stats_match_torchmetrics():
     assert torch.allclose(values["acc"], acc.compute())
     assert torch.allclose(values["f1"], f1.compute())
     assert torch.allclose(values["loss"], torch.stack(losses).sum() / sum(sizes))
+    # class 2 is predicted once but is never a label: its F1 of 0 counts in the macro mean
+    stats, f1 = ClassificationStats(3), MulticlassF1Score(3, average="macro")
+    logits = torch.nn.functional.one_hot(torch.tensor([0, 2, 1, 1]), 3).float()
+    labels = torch.tensor([0, 0, 1, 1])
+    stats.update(logits, labels)
+    f1.update(logits, labels)
+    assert torch.allclose(stats.compute()["f1"], f1.compute())
 
 
 def test_history_rows_hold_their_own_epoch(tmp_path):
