@@ -81,6 +81,23 @@ def test_match_embedding_needs_the_unk_rule_said():
     TransformerMatcher(**SMALL, unk_id=1)  # no match feature: no rule needed
 
 
+def test_the_cls_state_reaches_the_classifier_through_final_norm_and_pooler():
+    """Pre-norm blocks leave the residual stream unnormalised: the [CLS] state must go through
+    final_norm, then the BERT pooler, or those layers train for nothing."""
+    torch.manual_seed(0)
+    ids, segments, mask = pair_batch()
+    model = TransformerMatcher(**SMALL, norm="pre").eval()
+    with torch.no_grad():
+        model.final_norm.weight.zero_()
+        model.final_norm.bias.zero_()
+        logits = model(ids, segments, mask)  # a zeroed final norm lets nothing of a pair through
+        assert torch.allclose(logits[0], logits[1])
+        model = TransformerMatcher(**SMALL).eval()
+        model.pooler[0].weight.zero_()
+        model.pooler[0].bias.zero_()  # tanh(0) = 0: only the classifier's bias is left
+        assert torch.allclose(model(ids, segments, mask), model.classifier.bias.expand(2, -1))
+
+
 def test_custom_and_torch_have_the_same_parameter_count():
     counts = [
         sum(p.numel() for p in TransformerMatcher(**SMALL, impl=impl).parameters())

@@ -42,6 +42,9 @@ def test_pair_embeddings_shapes_and_segments_matter(position):
     out_a = emb(ids, torch.tensor([[0, 0, 0, 0, 1, 1]]))
     out_b = emb(ids, torch.tensor([[0, 0, 0, 0, 0, 0]]))
     assert out_a.shape == (1, 6, 8)
+    # LayerNorm'd per position: the blocks get inputs of mean 0 and variance 1 at every position
+    torch.testing.assert_close(out_a.mean(-1), torch.zeros(1, 6), atol=1e-5, rtol=0)
+    torch.testing.assert_close(out_a.var(-1, unbiased=False), torch.ones(1, 6), atol=1e-3, rtol=0)
     assert torch.allclose(out_a[0, :4], out_b[0, :4]) and not torch.allclose(
         out_a[0, 4:], out_b[0, 4:]
     )

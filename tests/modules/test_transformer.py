@@ -1,5 +1,6 @@
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from attnexp.errors import ConfigError
@@ -20,12 +21,15 @@ def copy_from_torch(ours: TransformerEncoderBlock, ref: nn.TransformerEncoderLay
         ours.norm2.load_state_dict(ref.norm2.state_dict())
 
 
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
 @pytest.mark.parametrize("norm", ["post", "pre"])
-def test_custom_block_equals_torch_encoder_layer(norm):
+def test_custom_block_equals_torch_encoder_layer(norm, activation):
     torch.manual_seed(0)
-    ours = TransformerEncoderBlock(E, NH, FF, dropout=0.1, attention_dropout=0.1, norm=norm).eval()
+    ours = TransformerEncoderBlock(
+        E, NH, FF, dropout=0.1, attention_dropout=0.1, activation=activation, norm=norm
+    ).eval()
     ref = nn.TransformerEncoderLayer(
-        E, NH, FF, 0.1, batch_first=True, norm_first=norm == "pre"
+        E, NH, FF, 0.1, activation=activation, batch_first=True, norm_first=norm == "pre"
     ).eval()
     copy_from_torch(ours, ref)
     assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in ref.parameters())
@@ -36,10 +40,12 @@ def test_custom_block_equals_torch_encoder_layer(norm):
     assert torch.allclose(out[MASK], expected[MASK], atol=1e-5)
 
 
-def test_torch_block_weights_equal_ours():
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_torch_block_weights_equal_ours(norm):
+    """The wrapper recomputes the weights from the block input, normalised first under pre-norm."""
     torch.manual_seed(0)
-    wrapped = TorchEncoderBlock(E, NH, FF, dropout=0.0, attention_dropout=0.0).eval()
-    ours = TransformerEncoderBlock(E, NH, FF, dropout=0.0, attention_dropout=0.0).eval()
+    wrapped = TorchEncoderBlock(E, NH, FF, dropout=0.0, attention_dropout=0.0, norm=norm).eval()
+    ours = TransformerEncoderBlock(E, NH, FF, dropout=0.0, attention_dropout=0.0, norm=norm).eval()
     copy_from_torch(ours, wrapped.layer)
     x = torch.randn(2, 5, E)
     with torch.no_grad():
@@ -66,7 +72,12 @@ def test_padding_is_ignored_and_weights_are_masked(norm):
     assert torch.allclose(weights.sum(-1), torch.ones(2, NH, 5))
 
 
-def test_fused_and_explicit_attention_agree():
+def fused_kernel_called(*args, **kwargs):
+    raise AssertionError("fused_attention=False ran F.scaled_dot_product_attention")
+
+
+def test_fused_and_explicit_attention_agree(monkeypatch):
+    """fused_attention=False (the benchmarks' explicit path) runs without the fused kernel."""
     torch.manual_seed(0)
     fused = TransformerEncoderBlock(E, NH, FF).eval()
     explicit = TransformerEncoderBlock(E, NH, FF, fused_attention=False).eval()
@@ -74,9 +85,24 @@ def test_fused_and_explicit_attention_agree():
     x = torch.randn(2, 5, E)
     with torch.no_grad():
         a, wa = fused(x, MASK)
+        monkeypatch.setattr(F, "scaled_dot_product_attention", fused_kernel_called)
         b, wb = explicit(x, MASK)
     assert wa is None and wb is None
     assert torch.allclose(a[MASK], b[MASK], atol=1e-5)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_residual_dropout_drops_the_feed_forward_branch(norm):
+    """The block's dropout acts on both residual branches and inside the feed-forward: at rate 1
+    in training only the residual stream is left (normalised, under post-norm)."""
+    torch.manual_seed(0)
+    block = TransformerEncoderBlock(E, NH, FF, dropout=1.0, attention_dropout=0.0, norm=norm)
+    x = torch.randn(2, 5, E)
+    out = block.train()(x, MASK)[0]
+    expected = x if norm == "pre" else block.norm2(block.norm1(x))
+    assert torch.allclose(out, expected, atol=1e-6)
+    feed_forward = block.feed_forward  # all hidden units dropped: linear2's bias alone
+    assert torch.allclose(feed_forward(x), feed_forward.linear2.bias.expand_as(x))
 
 
 @pytest.mark.parametrize("fused_attention", [True, False])
