@@ -14,13 +14,21 @@ def batch():
     return token_batch(V)  # lengths 7, 4, 1
 
 
-MODELS = {
-    "mean": lambda: LSTMMean(V, 2, embed_dim=8, hidden_size=4),
-    "additive": lambda: LSTMAttention(V, 2, scorer=AdditiveScorer, embed_dim=8, hidden_size=4),
-    "dot": lambda: LSTMAttention(V, 2, scorer=DotScorer, embed_dim=8, hidden_size=4, num_layers=2),
-    "mhsa": lambda: LSTMSelfAttention(V, 2, heads=2, embed_dim=8, hidden_size=4),
-    "simple": lambda: LSTMSelfAttention(V, 2, attention="simple", embed_dim=8, hidden_size=4),
-    "no_lstm": lambda: LSTMSelfAttention(V, 2, heads=2, use_lstm=False, embed_dim=8, max_seq_len=T),
+MODELS = {  # each takes further model settings as keywords
+    "mean": lambda **kw: LSTMMean(V, 2, embed_dim=8, hidden_size=4, **kw),
+    "additive": lambda **kw: LSTMAttention(
+        V, 2, scorer=AdditiveScorer, embed_dim=8, hidden_size=4, **kw
+    ),
+    "dot": lambda **kw: LSTMAttention(
+        V, 2, scorer=DotScorer, embed_dim=8, hidden_size=4, num_layers=2, **kw
+    ),
+    "mhsa": lambda **kw: LSTMSelfAttention(V, 2, heads=2, embed_dim=8, hidden_size=4, **kw),
+    "simple": lambda **kw: LSTMSelfAttention(
+        V, 2, attention="simple", embed_dim=8, hidden_size=4, **kw
+    ),
+    "no_lstm": lambda **kw: LSTMSelfAttention(
+        V, 2, heads=2, use_lstm=False, embed_dim=8, max_seq_len=T, **kw
+    ),
 }
 
 
@@ -49,6 +57,34 @@ def test_gradients_flow(name, batch):
     assert (
         model.head.weight.grad is not None and model.encoder.embedding.weight.grad.abs().sum() > 0
     )
+
+
+@pytest.mark.parametrize(
+    "name,setting",
+    [
+        ("mean", "dropout"),
+        ("additive", "dropout"),
+        ("mhsa", "dropout"),
+        ("no_lstm", "embed_dropout"),
+    ],
+)
+def test_dropout_acts_in_training_only(name, setting, batch):
+    """model.dropout (before the head) and model.embed_dropout (without the LSTM, the only
+    thing between embeddings and attention) regularise training and leave evaluation alone.
+    One layer and no other dropout, so each setting is the only source of noise."""
+    ids, mask = batch
+    torch.manual_seed(0)
+    model = MODELS[name](**{setting: 0.5}).eval()
+    assert torch.equal(model(ids, mask), model(ids, mask))
+    model.train()
+    assert not torch.allclose(model(ids, mask), model(ids, mask))
+
+
+def test_a_model_without_lstm_has_no_lstm_weights():
+    """use_lstm=false runs no LSTM: its weights would sit unused in checkpoints and parameter
+    counts."""
+    assert not [k for k in MODELS["no_lstm"]().state_dict() if k.startswith("encoder.lstm.")]
+    assert [k for k in MODELS["mhsa"]().state_dict() if k.startswith("encoder.lstm.")]
 
 
 def test_attention_shapes(batch):

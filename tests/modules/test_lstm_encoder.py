@@ -53,6 +53,27 @@ def test_dropout_between_layers_only_in_training(batch, rnn_impl):
     encoder.train()
     a, b = encoder(ids, mask), encoder(ids, mask)
     assert not torch.allclose(a, b) and not torch.allclose(a, evaluated)
+    assert (a[mask] != 0).all()  # between layers only: the top layer's features are not dropped
+
+
+@pytest.mark.parametrize("rnn_impl", ["packed", "reversed"])
+def test_an_empty_sequence_gives_zero_features(batch, rnn_impl):
+    """A review with no tokens left (all padding) must not stop the batch: its features are 0."""
+    ids, mask = batch
+    mask[2] = False
+    encoder = LSTMEncoder(V, embed_dim=8, hidden_size=4, rnn_impl=rnn_impl).eval()
+    out = encoder(ids, mask)
+    assert torch.isfinite(out).all() and (out[2] == 0).all() and (out[0] != 0).all()
+
+
+def test_auto_runs_the_reversed_impl_on_cpu(batch, monkeypatch):
+    """On CPU packing is 10-20x slower than the reversed impl: auto must not pick it there."""
+
+    def packed(*args):
+        raise AssertionError("rnn_impl=auto packed the batch on CPU")
+
+    monkeypatch.setattr(LSTMEncoder, "_packed", packed)
+    LSTMEncoder(V, embed_dim=8, hidden_size=4)(*batch)
 
 
 @pytest.mark.parametrize("key", ["embed_dim", "hidden_size", "num_layers"])
