@@ -5,7 +5,7 @@ from hydra.utils import instantiate
 from attnexp.errors import ConfigError
 from attnexp.models.bag import BagAttention, BagMLP
 from attnexp.modules import AdditiveScorer, DotScorer
-from attnexp.modules.masking import lengths_to_mask
+from attnexp.modules.masking import lengths_to_mask, masked_mean
 
 B, T, S, C = 4, 3, 28, 10
 
@@ -41,6 +41,21 @@ def test_bag_attention_any_bag_size_and_gradients():
     items, mask = bags((7, 1), max_size=7)
     model(items, mask).sum().backward()
     assert all(p.grad is not None for p in model.parameters())
+
+
+def test_context_attention_scores_each_bag_against_its_own_mean():
+    """The book's context net: each digit is scored against its bag's mean feature (padding
+    left out), not a learned query that would score every bag against the same vector."""
+    torch.manual_seed(0)
+    model = BagAttention(C, S, hidden_size=16, scorer=DotScorer).eval()
+    items, mask = bags()
+    _, weights = model(items, mask, return_attention=True)
+    features = model.backbone(items.flatten(0, 1)).view(B, T, -1)  # (B, T, H)
+    scores = torch.einsum("bth,bh->bt", features, masked_mean(features, mask)).masked_fill(
+        ~mask, float("-inf")
+    )
+    torch.testing.assert_close(weights, scores.softmax(-1))
+    assert not any(name.startswith("pool.") for name, _ in model.named_parameters())
 
 
 def test_the_classifier_is_the_books_for_each_attention(compose_cfg):

@@ -26,4 +26,6 @@ def test_shapes_shares_and_any_bag_size(backbone):
     logits, shares = model(items, mask, return_attention=True)
     assert logits.shape == (B, C) and shares.shape == (B, T)
     assert torch.allclose(shares.sum(-1), torch.ones(B)) and (shares[~mask] == 0).all()
+    empty = torch.zeros(1, T, dtype=torch.bool)  # a bag of no items credits no padded slot
+    assert (model(torch.zeros(1, T, 1, S, S), empty, return_attention=True)[1] == 0).all()
     assert model(torch.randn(2, 9, 1, S, S), torch.ones(2, 9, dtype=torch.bool)).shape == (2, C)

@@ -21,6 +21,9 @@ def test_masked_softmax_rows_sum_to_one_and_padding_gets_zero():
     changed = scores.clone()
     changed[0, 3:] = 1e4
     assert torch.equal(masked_softmax(changed, mask), weights)
+    # However low the real scores are, the padding still gets nothing.
+    low = masked_softmax(torch.tensor([[-2e4, -2e4, 0.0]]), torch.tensor([[True, True, False]]))
+    assert torch.equal(low, torch.tensor([[0.5, 0.5, 0.0]]))
 
 
 def test_masked_softmax_without_mask_is_softmax():

@@ -62,6 +62,7 @@ def test_dot_and_scaled_dot_values():
 
 def test_additive_value_and_different_sizes():
     scorer = AdditiveScorer(key_dim=H, query_dim=3, attn_dim=4)
+    assert scorer.key_proj.out_features == scorer.query_proj.out_features == 4  # scorer.attn_dim
     keys, query = torch.randn(B, T, H), torch.randn(B, 3)
     hidden = torch.tanh(
         keys @ scorer.key_proj.weight.T
@@ -113,6 +114,7 @@ def test_simple_scorer_value():
     torch.manual_seed(0)
     scorer = SimpleScorer(H, attn_dim=4)
     first, second = scorer.net[0], scorer.net[-1]
+    assert first.out_features == second.in_features == 4  # scorer.attn_dim sets the hidden size
     keys = 3 * torch.randn(B, T, H)  # large enough that tanh is far from the identity
     hidden = torch.tanh(keys @ first.weight.T + first.bias)  # (B, T, 4)
     expected = (hidden @ second.weight.T + second.bias).squeeze(-1)
