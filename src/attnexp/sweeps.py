@@ -2,9 +2,8 @@
 
 Hydra's `override_dirname` names a job by every override on the command line, so with fixed
 settings such as `trainer.max_epochs=1` every job dir (and TensorBoard run) starts with the same
-long prefix. The sweep's own config (`multirun.yaml`, with the sweep
-expressions) is saved before any job is launched, so a job can tell which of its overrides were
-swept.
+long prefix. The sweep's own config (`multirun.yaml`, with the sweep expressions) is saved before
+any job is launched, so a job can tell which of its overrides were swept.
 """
 
 import hashlib
