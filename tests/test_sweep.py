@@ -370,6 +370,7 @@ def test_resume_is_refused_in_a_multirun(tmp_path, capsys):
         ("auto", ["resume=auto", "seed=0,1"]),
         (str(run), [f"resume={run}"]),
         (None, ["resume=null,auto"]),  # swept: not in the sweep's own config
+        ("auto", ["experiment=x", "seed=0,1"]),  # set by a config file, not on the command line
     ):
         config = {"resume": resume, "hydra": {"sweep": {"dir": str(tmp_path / "s")}}}
         config["hydra"]["overrides"] = {"task": task}

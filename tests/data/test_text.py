@@ -14,6 +14,7 @@ from attnexp.data.text import (
     tokenize_dataset,
     tokenizer_hash,
     train_word_tokenizer,
+    word_pre_tokenizer,
 )
 from attnexp.errors import ConfigError
 
@@ -38,6 +39,7 @@ def test_min_frequency_and_vocab_size():
     tok = train_word_tokenizer(TEXTS, vocab_size=100, min_frequency=2)
     assert set(tok.get_vocab()) == {"[PAD]", "[UNK]", "a", "film", "great", "it"}
     assert train_word_tokenizer(TEXTS, vocab_size=4, min_frequency=1).get_vocab_size() == 4
+    assert train_word_tokenizer(TEXTS, vocab_size=3).get_vocab_size() == 3  # one word: the least
     with pytest.raises(
         ConfigError, match=r"vocab_size=2 must be > 2 \(set data.vocab_size=\.\.\.\)"
     ):
@@ -85,6 +87,10 @@ def test_a_run_tokenizer_is_never_replaced_and_the_cause_is_said(tmp_path):
     older.normalizer = text_normalizer(strip_html_breaks=False)
     with pytest.raises(ConfigError, match=r"another rule .* \(normalizer differ\).* version"):
         save_tokenizer(older, tmp_path)
+    other_split = train_word_tokenizer(TEXTS, vocab_size=100, min_frequency=1)
+    other_split.pre_tokenizer = word_pre_tokenizer("whitespace")
+    with pytest.raises(ConfigError, match=r"another rule .* \(pre_tokenizer differ\)"):
+        save_tokenizer(other_split, tmp_path)
     older_words = train_word_tokenizer(["<br />", *TEXTS], vocab_size=100, min_frequency=1)
     older_words.normalizer = text_normalizer(strip_html_breaks=False)  # other words too
     with pytest.raises(ConfigError, match=r"another rule"):
