@@ -61,6 +61,8 @@ def test_exact_match_never_matches_unknown_tokens():
 def test_matcher_passes_unk_id_to_the_match_feature():
     torch.manual_seed(0)
     model = TransformerMatcher(**SMALL, match_embedding=True, unk_id=1, unk_matches=False).eval()
+    # the match feature starts small, N(0, 0.02^2) like the segments, beside unit-variance tokens
+    assert model.match.weight.std().item() < 0.1
     ids_blind = TransformerMatcher(**SMALL, match_embedding=True, unk_id=1, unk_matches=True)
     ids_blind.eval()
     ids_blind.load_state_dict(model.state_dict())

@@ -32,6 +32,10 @@ def test_token_embedding_is_scaled_by_sqrt_dim_and_pad_is_zero():
     out = emb(ids)
     assert torch.allclose(out[0, 1], emb.embedding.weight[3] * 4.0)
     assert torch.equal(out[0, 0], torch.zeros(16))
+    # N(0, 1/E) weights: the scaled embedding starts at unit variance, as the positions are
+    torch.manual_seed(0)
+    scaled = TokenEmbedding(1000, 64)(torch.arange(1000))
+    assert scaled.std().item() == pytest.approx(1.0, abs=0.05)
 
 
 @pytest.mark.parametrize("position", ["sinusoidal", "learned"])
