@@ -83,6 +83,9 @@ def test_bag_mlp_pads_smaller_bags_and_rejects_larger():
     items, mask = bags()
     logits = model(items, mask)
     assert logits.shape == (B, C)
+    noisy = items.clone()
+    noisy[~mask] = 7.0  # a padded slot reads as empty, whatever it holds
+    assert torch.equal(model(noisy, mask), logits)
     logits2, attention = model(items[:, :2], mask[:, :2], return_attention=True)
     assert logits2.shape == (B, C) and attention is None
     with pytest.raises(ConfigError, match="at most 3 items, got 4"):
