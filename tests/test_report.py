@@ -316,6 +316,7 @@ def test_the_recorded_absolute_data_dir_tells_local_data_apart(tmp_path):
         )
     text = report.write_report(tmp_path)["markdown"].read_text()
     assert {row[0] for row in variant_rows(text)} == {"local:/a/data", "local:/b/data"}
+    assert "One config under" not in text  # one config, but on two datasets: two experiments
 
 
 def test_repeated_seed_counts_once_the_latest(tmp_path):
