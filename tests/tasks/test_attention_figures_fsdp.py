@@ -77,3 +77,29 @@ def test_attention_figures_under_fsdp(tmp_path, monkeypatch):
     while not failures.empty():
         errors.append(failures.get())
     assert not errors, errors
+
+
+def test_attention_figures_are_drawn_every_n_epochs_from_the_first(monkeypatch):
+    """every_n_epochs=2 draws at epochs 0, 2, 4 (Lightning's 0-based count); never at the sanity
+    check, nor without a TensorBoard logger to draw into."""
+    drawn = []
+
+    class Counting(ProbeData):
+        def probe_batch(self, num_examples):
+            drawn.append((trainer.current_epoch, num_examples))
+            return super().probe_batch(num_examples)
+
+    model = BagAttention(10, 28, hidden_size=16, scorer=AdditiveScorer)
+    task = ClassificationTask(model, 10, optimizer=torch.optim.SGD)
+    trainer = SimpleNamespace(
+        sanity_checking=True, current_epoch=0, datamodule=Counting(), strategy=SimpleNamespace()
+    )
+    figures = callbacks_module.AttentionFigures(num_examples=3, every_n_epochs=2)
+    monkeypatch.setattr(callbacks_module, "tensorboard_writers", lambda trainer: ["a writer"])
+    figures.on_validation_epoch_end(trainer, task)
+    trainer.sanity_checking = False
+    for trainer.current_epoch in range(5):
+        figures.on_validation_epoch_end(trainer, task)
+    monkeypatch.setattr(callbacks_module, "tensorboard_writers", lambda trainer: [])
+    figures.on_validation_epoch_end(trainer, task)  # epoch 4 again, no TensorBoard
+    assert drawn == [(0, 3), (2, 3), (4, 3)]

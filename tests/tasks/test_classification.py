@@ -1,5 +1,6 @@
 import functools
 import inspect
+import math
 
 import pytest
 import pytorch_lightning as pl
@@ -84,19 +85,17 @@ def test_stats_match_torchmetrics():
 
 
 def test_history_rows_hold_their_own_epoch(tmp_path):
-    """Each epoch's history row carries that epoch's train metrics (logged after the callbacks')."""
+    """Each epoch's history row carries that epoch's train metrics (logged after the callbacks'),
+    and val/* only where the epoch validated; `validations` hold each validation's val/* at its
+    step (how train.py finds the tested checkpoint's)."""
+    from attnexp.run_record import RunRecord
     from attnexp.tasks.callbacks import EpochHistory
-
-    class Record:
-        data = {"history": []}
-
-        def update(self, history):
-            self.data["history"] = history
 
     torch.manual_seed(0)
     batches = [{"x": torch.randn(5, 4), "labels": torch.randint(0, 3, (5,))} for _ in range(4)]
     task = ClassificationTask(Linear(), 3, lambda p: torch.optim.SGD(p, lr=0.5))
-    record, seen = Record(), []
+    record, seen = RunRecord(tmp_path, seed=0, overrides=[]), []
+    record.start()
 
     class Spy(pl.Callback):  # the value Lightning hands to loggers at each epoch's end
         def on_train_epoch_start(self, trainer, pl_module):
@@ -105,15 +104,22 @@ def test_history_rows_hold_their_own_epoch(tmp_path):
 
     trainer = quiet_trainer(
         max_epochs=3,
+        check_val_every_n_epoch=2,  # validates in epoch 1 only
         callbacks=[EpochHistory(record), Spy()],
         default_root_dir=tmp_path,
     )
-    trainer.fit(task, train_dataloaders=DataLoader(batches, batch_size=None))
+    loader = DataLoader(batches, batch_size=None)
+    trainer.fit(task, train_dataloaders=loader, val_dataloaders=loader)
     seen.append(float(trainer.callback_metrics["train/acc"]))
     rows = record.data["history"]
     assert [r["epoch"] for r in rows] == [0, 1, 2]
     assert [r["train/acc"] for r in rows] == seen
     assert len(set(seen)) > 1  # the model learns: a stale row would repeat a value
+    assert ["val/acc" in r for r in rows] == [False, True, False]  # not the last val/* again
+    (validation,) = record.data["validations"]  # the sanity check is not one
+    assert validation["val/acc"] == rows[1]["val/acc"]
+    assert {k for k in validation if not k.startswith("val/")} == {"epoch", "step"}
+    assert (validation["epoch"], validation["step"]) == (1, 8)
 
 
 def test_weight_decay_has_one_setting():
@@ -125,7 +131,12 @@ def test_weight_decay_has_one_setting():
     task = ClassificationTask(
         Linear(), 3, functools.partial(torch.optim.AdamW, lr=1e-3), weight_decay=0.05
     )
-    assert [g["weight_decay"] for g in task.configure_optimizers().param_groups] == [0.05, 0.0]
+    groups = task.configure_optimizers().param_groups
+    assert [g["weight_decay"] for g in groups] == [0.05, 0.0]
+    # the weight matrix is decayed, the bias is not; without decay, one group (one loop per step)
+    assert [[tuple(p.shape) for p in g["params"]] for g in groups] == [[(3, 4)], [(3,)]]
+    task = ClassificationTask(Linear(), 3, functools.partial(torch.optim.AdamW, lr=1e-3))
+    assert len(task.configure_optimizers().param_groups) == 1
 
 
 def test_optimizer_and_schedule_settings_are_checked():
@@ -142,6 +153,25 @@ def test_optimizer_and_schedule_settings_are_checked():
         linear_warmup_decay(optimizer, 10, decay="exp")
     with pytest.raises(ConfigError, match=r"scheduler.warmup_ratio=1.5 must be a share"):
         linear_warmup_decay(optimizer, 10, warmup_ratio=1.5)
+    linear_warmup_decay(optimizer, 10, warmup_ratio=1)  # all warmup: a share, so allowed
+
+
+@pytest.mark.parametrize(
+    ("decay", "middle"), [("linear", 0.75), ("cosine", 0.5 * (1 + math.cos(math.pi / 4)))]
+)
+def test_schedule_warms_up_to_the_full_lr_then_decays_to_zero(decay, middle):
+    """The lr of each of 10 steps (warmup_ratio=0.2: 2 steps), read from the optimizer as it
+    steps: a schedule a step late, or one that never reaches the full lr, would go unseen."""
+    optimizer = torch.optim.SGD(Linear().parameters(), lr=2.0)
+    scheduler = linear_warmup_decay(optimizer, 10, warmup_ratio=0.2, decay=decay)
+    lrs = []
+    for _ in range(11):
+        lrs.append(optimizer.param_groups[0]["lr"] / 2.0)
+        optimizer.step()
+        scheduler.step()
+    assert lrs[:3] == [0.5, 1.0, 1.0]  # warmup ends at the full lr, where the decay starts
+    assert lrs[4] == pytest.approx(middle)  # a quarter of the decay's 8 steps
+    assert lrs[10] == pytest.approx(0.0) and lrs == sorted(lrs[:2]) + sorted(lrs[2:], reverse=True)
 
 
 # ClassificationStats.update runs every training step: on CUDA it must not read values back to
