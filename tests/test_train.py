@@ -50,8 +50,8 @@ from attnexp.runs import (
     writer_alive,
 )
 from attnexp.tasks.callbacks import EpochHistory, FiniteLosses, moved_state
-from attnexp.train import checkpoint_step, draw_seed, resume_step_of
-from attnexp.trainer import check_settings, purge_setting
+from attnexp.train import checkpoint_step, draw_seed, resume_step_of, summary, validation_at
+from attnexp.trainer import check_settings, device_name, purge_setting
 
 
 def read(path: Path) -> dict:
@@ -669,9 +669,9 @@ def test_the_record_follows_the_best_checkpoint_as_it_is_saved(tmp_path):
     best = tmp_path / "checkpoints" / "epoch001.ckpt"
     last = tmp_path / "checkpoints" / "last.ckpt"
     trainer = SimpleNamespace(
-        checkpoint_callbacks=[
-            SimpleNamespace(monitor="val/acc", best_model_path=str(best)),
+        checkpoint_callbacks=[  # last.ckpt's first: the best is the one with a monitor
             SimpleNamespace(monitor=None, best_model_path=str(last)),
+            SimpleNamespace(monitor="val/acc", best_model_path=str(best)),
         ],
         is_global_zero=True,
     )
@@ -680,6 +680,7 @@ def test_the_record_follows_the_best_checkpoint_as_it_is_saved(tmp_path):
     assert "best_ckpt" not in read(tmp_path / "metrics.json")
     best.parent.mkdir()
     best.touch()
+    last.touch()
     history.on_save_checkpoint(trainer, None, {})  # last.ckpt, written after it
     assert read(tmp_path / "metrics.json")["best_ckpt"] == "checkpoints/epoch001.ckpt"
 
@@ -713,8 +714,8 @@ def test_moved_state_points_the_old_paths_into_the_new_dir():
         "dirpath": "/old/run/checkpoints",
         "best_model_path": "/old/run/checkpoints/epoch001.ckpt",
         "kth_best_model_path": "/old/run/checkpoints/epoch001.ckpt",
-        "last_model_path": "",
-        "best_k_models": {"/old/run/checkpoints/epoch001.ckpt": 0.9},
+        "last_model_path": "/old/run/checkpoints/last.ckpt",  # save_last=true
+        "best_k_models": {"/old/run/checkpoints/epoch001.ckpt": 0.9, "/elsewhere/e.ckpt": 0.8},
         "best_model_score": 0.9,
     }
     moved = moved_state(state, "/old/run/checkpoints", "/new/run/checkpoints")
@@ -722,10 +723,10 @@ def test_moved_state_points_the_old_paths_into_the_new_dir():
         "dirpath": "/new/run/checkpoints",
         "best_model_path": "/new/run/checkpoints/epoch001.ckpt",
         "kth_best_model_path": "/new/run/checkpoints/epoch001.ckpt",
-        "last_model_path": "",
-        "best_k_models": {"/new/run/checkpoints/epoch001.ckpt": 0.9},
+        "last_model_path": "/new/run/checkpoints/last.ckpt",
+        "best_k_models": {"/new/run/checkpoints/epoch001.ckpt": 0.9, "/elsewhere/e.ckpt": 0.8},
         "best_model_score": 0.9,
-    }
+    }  # a file outside the old dir is not the run's: left where it is
 
 
 def test_settings_that_would_write_into_another_run_are_refused(finished_run, tmp_path):
@@ -1328,12 +1329,14 @@ def test_last_ckpt_is_the_latest_state_not_the_best(tmp_path):
         (["data.seed=-1"], r"data.seed=-1 must be a whole number from 0"),  # failed at epoch 1
         (["trainer.max_epochs=abc"], r"trainer.max_epochs='abc' must be a whole number of epochs"),
         (["optimizer.lr=-1"], r"optimizer.lr=-1 must be a positive number"),
+        (["optimizer.lr=0"], r"optimizer.lr=0 must be a positive number"),  # trains nothing
         # Lightning trains nothing on these, and the run tested its untrained model (rc 0)
         (["trainer.max_epochs=0"], r"trainer.max_epochs=0 trains nothing"),
         (["trainer.limit_train_batches=0"], r"trainer.limit_train_batches=0 trains nothing"),
         (["trainer.max_steps=0"], r"trainer.max_steps=0 trains nothing"),
         # ZeroDivisionError inside Lightning's fit loop
         (["trainer.val_check_interval=0"], r"trainer.val_check_interval=0 never validates"),
+        (["trainer.val_check_interval=0.0"], r"val_check_interval=0.0 never validates"),
         (["trainer.check_val_every_n_epoch=0"], r"check_val_every_n_epoch=0 must be a whole"),
         (["trainer=cpu", "trainer.precision=16-mixed"], r"16-mixed: float16 autocast runs on GPUs"),
         pytest.param(  # trainer=default's accelerator=auto, on a machine without CUDA
@@ -1391,6 +1394,9 @@ def test_validation_after_every_batch_saves_the_best_checkpoint(tmp_path):
 
 def test_debug_limit_works_with_step_validation(compose_cfg):
     check_settings(compose_cfg("experiment=nndl_imdb_mean", "debug=limit"))
+    # the limits of the settings refused above are settings a run may take
+    check_settings(compose_cfg("experiment=nndl_imdb_mean", "trainer.limit_train_batches=10"))
+    check_settings(compose_cfg("trainer.max_epochs=-1", "trainer.max_steps=5"))  # -1: no limit
 
 
 @NO_CUDA
@@ -1413,3 +1419,32 @@ def test_gpu_trainer_without_a_gpu(compose_cfg):
 )
 def test_purge_setting_only_for_the_resumable_loggers(target, setting):
     assert purge_setting(OmegaConf.create({"_target_": target}), 7) == setting
+
+
+def test_device_name_counts_processes_only_when_there_are_several():
+    """The record's `device`: a multi-process run says how many ranks shared the work."""
+    trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("cpu")))
+    assert device_name(SimpleNamespace(**vars(trainer), world_size=1)) == "cpu"
+    assert device_name(SimpleNamespace(**vars(trainer), world_size=2)) == "cpu x2"
+
+
+def test_the_validation_at_a_step_is_the_last_one_there():
+    """The record's val/* for the tested checkpoint: those of the last validation at its step
+    (a record may hold two there, e.g. an interrupted attempt's and its resumed run's)."""
+    record = SimpleNamespace(data={"validations": [
+        {"epoch": 0, "step": 4, "val/acc": 0.5, "train/loss": 0.1},
+        {"epoch": 0, "step": 4, "val/acc": 0.6},
+        {"epoch": 1, "step": 8, "val/acc": 0.7},
+    ]})  # fmt: skip
+    assert validation_at(record, 4) == {"val/acc": 0.6}
+    assert validation_at(record, 8) == {"val/acc": 0.7} and validation_at(record, 5) is None
+
+
+def test_the_summary_shows_the_test_and_validation_accuracies_in_natural_order():
+    metrics = {"test/acc_bag10": 0.7, "test/acc_bag2": 0.9, "val/acc": 0.8, "val/loss": 0.3}
+    assert summary(metrics, "runs/x").splitlines() == [
+        "run dir: runs/x",
+        "  test/acc_bag2            0.9000",
+        "  test/acc_bag10           0.7000",
+        "  val/acc                  0.8000",
+    ]

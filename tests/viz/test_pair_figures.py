@@ -30,3 +30,16 @@ def test_without_a_cjk_font_labels_are_code_points_and_a_warning_says_how_to_get
     assert "pip install -e '.[cjk]'" in caplog.text  # the README's form, for a source checkout
     assert pairs.token_label("电脑[SEP]", have_font=False) == "U+7535U+8111[SEP]"
     assert pairs.token_label("电脑", have_font=True) == "电脑"
+
+
+def test_each_panel_draws_its_own_layer_and_head():
+    """A grid of layers x heads: panel (l, h) shows layer l's head h, titled so (1-based)."""
+    attention = [torch.softmax(torch.randn(3, 4, 4), -1) for _ in range(2)]  # 2 layers, 3 heads
+    figure = plot_pair_attention(["a", "b", "c", "d"], attention)
+    assert len(figure.axes) == 6
+    for i, ax in enumerate(figure.axes):
+        layer, head = divmod(i, 3)
+        assert ax.get_title() == f"layer {layer + 1} head {head + 1}"
+        torch.testing.assert_close(
+            torch.as_tensor(ax.images[0].get_array()), attention[layer][head]
+        )
