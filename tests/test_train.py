@@ -119,12 +119,13 @@ def test_quickstart_learns(tmp_path):
 
 def test_val_metrics_are_the_tested_checkpoints_not_the_last_validations(compose_cfg, tmp_path):
     """val/* in the record are those of the validation at the best (tested) checkpoint, the last
-    validation's are val/*_last. mode=min makes the best checkpoint one that is not the last, so
-    the two differ (with one validation, or a last one that is the best, they cannot)."""
+    validation's are val/*_last. The highest val/loss as the best makes the best checkpoint one
+    that is not the last, so the two differ (with one validation, or a last one that is the best,
+    they cannot); <monitor>_best is the best checkpoint's score, not the last validation's."""
     (tmp_path / "data").mkdir()
     cfg = compose_cfg(
         *TINY, "trainer.max_epochs=3", "trainer.accelerator=cpu", "logger=csv",
-        "callbacks.model_checkpoint.mode=min",
+        "callbacks.model_checkpoint.monitor=val/loss", "callbacks.model_checkpoint.mode=max",
     )  # fmt: skip
     train_in_process(cfg, tmp_path / "run")
     record = read(tmp_path / "run" / "metrics.json")
@@ -136,7 +137,7 @@ def test_val_metrics_are_the_tested_checkpoints_not_the_last_validations(compose
     for key in ("val/acc", "val/loss", "val/f1"):
         assert metrics[key] == pytest.approx(rows[best_step][key]), key
         assert metrics[f"{key}_last"] == pytest.approx(rows[last_step][key]), key
-    assert metrics["val/acc_best"] == pytest.approx(rows[best_step]["val/acc"])
+    assert metrics["val/loss_best"] == pytest.approx(rows[best_step]["val/loss"])
 
 
 def test_evaluate_writes_its_own_dir_with_the_same_metrics(finished_run):
