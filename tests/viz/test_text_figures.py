@@ -3,7 +3,7 @@ import io
 import pytest
 import torch
 
-from attnexp.viz.text import token_heatmap, token_html, token_weights
+from attnexp.viz.text import example_heatmap, token_heatmap, token_html, token_weights
 
 MASK = torch.tensor([[True, True, True, False], [True, True, False, False]])
 
@@ -55,6 +55,24 @@ def test_heatmap_labels_say_how_peaked_each_row_is():
     figure = token_heatmap([list("abcd"), list("abcde")], weights, ["even", "peaked"])
     labels = [t.get_text() for t in figure.axes[0].get_yticklabels()]
     assert labels == ["even (peak 1.0x uniform)", "peaked (peak 3.5x uniform)"]
+
+
+def test_heatmap_shades_by_each_examples_largest_weight_across_its_lines():
+    """Shade = weight / the example's largest, also when the example wraps onto lines that do not
+    hold it: each example's strongest token is the darkest, and every line keeps its scale."""
+    weights = torch.tensor([[0.1, 0.6, 0.2, 0.1], [0.05, 0.05, 0.3, 0.6]])
+    figure = token_heatmap([list("abcd"), list("efgh")], weights, ["one", "two"], wrap=2)
+    shades = figure.axes[0].images[0].get_array()
+    expected = [[1 / 6, 1.0], [2 / 6, 1 / 6], [1 / 12, 1 / 12], [0.5, 1.0]]
+    torch.testing.assert_close(torch.tensor(shades.tolist()), torch.tensor(expected))
+
+
+def test_an_examples_figure_wraps_after_16_tokens():
+    tokens = [f"t{i}" for i in range(17)]
+    figure = example_heatmap(tokens, {"pooling": torch.full((17,), 1 / 17)}, "long")
+    assert len(figure.axes[0].get_yticklabels()) == 2  # 16 tokens, then 1
+    short = example_heatmap(tokens[:16], {"pooling": torch.full((16,), 1 / 16)}, "short")
+    assert len(short.axes[0].get_yticklabels()) == 1
 
 
 def test_token_heatmap_draws_dollar_signs_literally():
