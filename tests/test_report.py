@@ -10,10 +10,12 @@ import subprocess
 import sys
 
 import pytest
+from matplotlib.figure import Figure
 from omegaconf import OmegaConf
 
 from attnexp import records, report
 from attnexp.runs import natural_key
+from attnexp.viz.report import plot_bag_sizes, plot_val_curves
 
 
 def write_run(
@@ -590,3 +592,35 @@ def test_more_than_ten_variants_keep_distinct_lines():
 
     styles = [tuple(variant_style(i).values()) for i in range(40)]
     assert len(set(styles)) == 40  # colours repeat after 10, with another line style
+
+
+@pytest.fixture
+def drawn(monkeypatch, tmp_path):
+    """The axes a report figure drew, kept instead of written."""
+    figures = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *args, **kwargs: figures.append(self))
+
+    def draw(plot, curves):
+        plot(curves, tmp_path / "figure.png")
+        return figures[-1].axes[0]
+
+    return draw
+
+
+def test_val_curves_name_each_variant_once_with_its_run_count(drawn):
+    """One line per run, one legend entry per variant: a legend entry per seed repeats names."""
+    ax = drawn(
+        plot_val_curves, {"dot": [[(0, 0.5), (1, 0.6)], [(0, 0.4)]], "additive": [[(0, 0.7)]]}
+    )
+    assert len(ax.lines) == 3
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["dot (n=2)", "additive (n=1)"]
+
+
+def test_bag_size_curves_show_the_seeds_spread(drawn):
+    """Mean accuracy per bag size with +- one standard deviation over seeds (none for one seed)."""
+    ax = drawn(plot_bag_sizes, {"dot": {1: [0.9, 1.0], 3: [0.8, 0.8]}, "mlp": {1: [0.5]}})
+    (dot, _, (bars,)), (_, _, (single,)) = ax.containers
+    assert dot.get_ydata().tolist() == pytest.approx([0.95, 0.8])
+    spreads = [segment[1, 1] - segment[0, 1] for segment in bars.get_segments()]
+    assert spreads == pytest.approx([2 * statistics.stdev([0.9, 1.0]), 0.0])
+    assert [segment[1, 1] - segment[0, 1] for segment in single.get_segments()] == [0.0]
