@@ -242,6 +242,23 @@ def test_hook_name_is_set_without_module_setattr(monkeypatch):
     assert task._current_fx_name is None and "_current_fx_name" in vars(task)
 
 
+def test_a_note_repeated_each_validation_is_recorded_once(tmp_path):
+    """A one-class validation set is noted at every validation: the record keeps it once."""
+    from attnexp.run_record import RunRecord
+    from attnexp.tasks.callbacks import EpochHistory
+
+    torch.manual_seed(0)
+    record = RunRecord(tmp_path, seed=0, overrides=[])
+    record.start()
+    one = DataLoader([{"x": torch.randn(5, 4), "labels": torch.full((5,), 2)}], batch_size=None)
+    trainer = quiet_trainer(
+        max_epochs=3, callbacks=[EpochHistory(record)], default_root_dir=tmp_path
+    )
+    trainer.fit(ClassificationTask(Linear(), 3, torch.optim.Adam), one, one)
+    assert len(record.data["validations"]) == 3
+    assert [w.split(":")[0] for w in record.data["warnings"]] == ["val"]
+
+
 def test_training_step_signature_is_read_once():
     """Lightning asks on every step whether training_step takes `batch_idx`
     (inspect.getfullargspec); the task keeps its signature so that no step parses it again. The
