@@ -6,6 +6,7 @@ from attnexp.data.batching import (
     BucketBatchSampler,
     bucket_batch_sampler,
     bucketed_loader,
+    collate_tokens,
     pad_sequences,
 )
 from attnexp.data.resumable import ResumableLoader
@@ -73,11 +74,19 @@ def test_pad_sequences():
     assert mask.tolist() == [[True] * 3, [True, False, False], [False] * 3]
     assert ids.dtype == torch.long and mask.dtype == torch.bool
     ids, mask = pad_sequences([[], []], pad_id=1)
-    assert ids.shape == (2, 1) and not mask.any()
+    assert ids.tolist() == [[1], [1]] and not mask.any()  # pad_id, not 0 (a vocab_file's)
     ids, mask = pad_sequences([torch.tensor([5, 6], dtype=torch.int32), torch.tensor([7])], 0)
     assert ids.tolist() == [[5, 6], [7, 0]] and ids.dtype == torch.long
     ids, mask = pad_sequences([], pad_id=0)
     assert ids.shape == mask.shape == (0, 1)
+
+
+def test_collate_tokens_keeps_each_label_with_its_example():
+    """A label moved to another row would train every text classifier on wrong targets."""
+    batch = collate_tokens([([5, 6], 1), ([7], 0), ([8, 9, 4], 2)])
+    assert batch["labels"].tolist() == [1, 0, 2]
+    assert batch["input_ids"].tolist() == [[5, 6, 0], [7, 0, 0], [8, 9, 4]]
+    assert batch["mask"].sum(1).tolist() == [2, 1, 3]
 
 
 def test_repeat_keeps_epoch_0_order():
@@ -122,3 +131,9 @@ def test_bucketed_loader_serves_every_sample_once(train):
     served = [i for batch in loader for i in batch]
     assert sorted(served) == list(range(len(LENGTHS)))
     assert len(served) == len(LENGTHS)
+    # with workers, they stay up between epochs instead of being started (and sent the dataset)
+    # again every epoch
+    workers = bucketed_loader(
+        dataset, LENGTHS, 4, train=train, seed=0, collate_fn=list, num_workers=2
+    )
+    assert workers.persistent_workers and not loader.persistent_workers

@@ -13,6 +13,7 @@ from mnist_data import write_mnist
 from omegaconf import OmegaConf
 
 from attnexp.data.bag_mnist import BagMNISTDataModule
+from attnexp.data.batching import bucketed_loader
 from attnexp.data.imdb import IMDBDataModule
 from attnexp.data.resumable import ResumableLoader
 
@@ -132,10 +133,35 @@ def test_state_is_the_epoch_and_the_batches_handed_out():
     loader = ResumableLoader(list(range(10)), batch_size=3)
     iterator = iter(loader)
     next(iterator), next(iterator)
-    assert loader.state_dict() == {"epoch": None, "batches": 2}
+    state = loader.state_dict()
+    assert state == {"epoch": None, "batches": 2}
+    next(iterator)
+    assert state == {"epoch": None, "batches": 2}  # a copy: a saved state does not move on
     resumed = ResumableLoader(list(range(10)), batch_size=3)
-    resumed.load_state_dict(loader.state_dict())
+    resumed.load_state_dict(state)
     assert [b.tolist() for b in resumed] == [[6, 7, 8], [9]]  # the rest of that pass
+    # counted from where it resumed: interrupted again, it would train on batches twice
+    assert resumed.state_dict() == {"epoch": None, "batches": 4}
     assert len(list(resumed)) == 4  # once only: the next pass is whole
     resumed.load_state_dict({"epoch": None, "batches": 4})  # saved after the last batch
     assert len(list(resumed)) == 4
+
+
+def test_a_checkpoint_from_an_earlier_epoch_skips_nothing():
+    """An epoch cut short (trainer.limit_train_batches) saves fewer batches than the loader has;
+    the run resumes in the next epoch, which must start at its first batch, not leave some out."""
+
+    def loader():
+        return bucketed_loader(
+            list(range(12)), [1] * 12, 3, train=True, seed=0, collate_fn=list, num_workers=0
+        )
+
+    first = loader()
+    iterator = iter(first)
+    next(iterator), next(iterator)
+    assert first.state_dict() == {"epoch": 0, "batches": 2}  # the epoch Lightning moves on
+    resumed = loader()
+    resumed.load_state_dict(first.state_dict())
+    resumed.batch_sampler.sampler.set_epoch(1)
+    served = [i for batch in resumed for i in batch]
+    assert sorted(served) == list(range(12))
