@@ -16,6 +16,8 @@ def test_char_level_tokenization():
     assert tok.tokenize("电脑iPhone6好 用？") == ["电", "脑", "iphone6", "好", "用", "?"]
     assert tok.tokenize("火星") == ["[UNK]", "[UNK]"]
     assert [tok.tokenizer.id_to_token(i) for i in range(4)] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+    rare = PairTokenizer.from_texts(["电电脑"], min_frequency=2)  # data.min_frequency
+    assert rare.tokenize("电脑") == ["电", "[UNK]"]
 
 
 def test_pair_encoding_segments_and_truncation():
@@ -41,6 +43,8 @@ def test_pair_encoding_segments_and_truncation():
     assert tok.ids_to_tokens(ids[0]) == ["[CLS]", "电", "[SEP]", "录", "[SEP]"]
     with pytest.raises(ConfigError, match=r"data.max_seq_len=4 leaves no room .* \(set >= 5\)"):
         tok.encode_pairs(["电脑"], ["录像视频"], max_seq_len=4)
+    # the cut is for that call only: predict's notes count every token of a text
+    assert len(tok.tokenize("电脑录像视频")) == 6
 
 
 def test_vocab_file(tmp_path):
@@ -142,9 +146,12 @@ def test_a_dev_split_that_leaves_no_training_pairs_is_refused(tmp_path, dev, val
 def test_standard_protocol_txt_names_and_header(tmp_path):
     folder = write_lcqmc(tmp_path / "data", {"train": 40, "dev": 20, "test": 10}, suffix=".txt")
     (folder / "test.txt").write_text("text_a\ttext_b\tlabel\n电脑\t录像\t1\n", encoding="utf-8")
+    with open(folder / "train.txt", "a", encoding="utf-8") as handle:
+        handle.write("电脑\t火星\t0\n")  # characters only a text_b has
     dm = make_dm(tmp_path, train_split="train")
     dm.setup()
-    assert {k: len(v) for k, v in dm.datasets.items()} == {"train": 40, "val": 20, "test": 1}
+    assert {k: len(v) for k, v in dm.datasets.items()} == {"train": 41, "val": 20, "test": 1}
+    assert "[UNK]" not in dm.tokenizer.tokenize("火星")  # the vocabulary reads both sides
 
 
 @pytest.mark.parametrize(
@@ -152,6 +159,7 @@ def test_standard_protocol_txt_names_and_header(tmp_path):
     [
         ("电脑\t录像\n", r"dev.tsv:3: expected 3 tab-separated columns"),
         ("电脑\t录像\t2\n", r"dev.tsv:3: label must be 0 or 1"),
+        ("电脑\t录像\tlabel\n", r"dev.tsv:3: label must be 0 or 1"),  # a header on line 1 only
     ],
 )
 def test_malformed_lines_name_file_and_line(tmp_path, line, match):
@@ -185,6 +193,7 @@ def test_batches_cache_and_artifacts(tmp_path):
     assert torch.equal(batch["segment_ids"], pair_segments(batch))  # a [SEP] b [SEP] -> 0 0 1 1
     assert batch["segment_ids"].sum() > 0
     assert len(list((tmp_path / "cache").glob("*.pt"))) == 3
+    assert len(dm.test_dataloader()) == 1  # the 40 test pairs in one batch of eval_batch_size
     again = make_dm(tmp_path)
     again.setup()  # from the cache: the same encodings
     for field in ("ids", "segments"):
@@ -235,6 +244,10 @@ def test_raw_inputs_for_predict(tmp_path, monkeypatch):
     # unknown words in the part cut off are not read: not counted (they were, as 2 of 22)
     notes = dm.raw_notes({"text_a": "电脑" * 10 + "火星", "text_b": "录像"})
     assert len(notes) == 1 and "truncated to data.max_seq_len=12" in notes[0]
+    # [CLS] a [SEP] b [SEP]: 9 characters fit in 12 tokens, 10 do not
+    assert dm.raw_notes({"text_a": "电脑电脑电", "text_b": "电脑电脑"}) == []
+    notes = dm.raw_notes({"text_a": "电脑电脑电", "text_b": "电脑电脑电"})
+    assert len(notes) == 1 and notes[0].startswith("13 tokens with [CLS]/[SEP]: truncated to")
     notes = dm.raw_notes({"text_a": "电脑", "text_b": "火星"})
     assert notes == ["2 of the 4 tokens read are not in the training vocabulary ([UNK])"]
     batch = dm.encode_raw(
@@ -264,6 +277,9 @@ def test_probe_batch_and_attention_figures(tmp_path):
     figures = dm.attention_figure(batch, torch.randn(4, 2), attention)
     assert list(figures) == ["attention/pair0", "attention/pair1"]
     assert len(figures["attention/pair0"].axes) == 4  # 2 layers x 2 heads
+    one = {key: value[:1] for key, value in batch.items()}  # fewer examples than figures
+    figures = dm.attention_figure(one, torch.randn(1, 2), [a[:1] for a in attention])
+    assert list(figures) == ["attention/pair0"]
 
 
 def test_loader_batch_order_is_pinned(tmp_path):
@@ -306,6 +322,9 @@ def test_missing_or_broken_tokenizer_file(tmp_path):
         ({"max_seq_len": "abc"}, r"data.max_seq_len=abc must be a positive integer"),  # TypeError
         ({"val_fraction": "abc"}, r"data.val_fraction=abc must be between 0 and 1"),
         ({"num_workers": -1}, r"data.num_workers=-1 must be a whole number >= 0"),
+        ({"min_frequency": 0}, r"data.min_frequency=0 must be a positive integer"),
+        ({"eval_batch_size": 0}, r"data.eval_batch_size=0 must be a positive integer"),
+        ({"source": "sample"}, r"data.source=sample: LCQMC has no embedded sample"),
     ],
 )
 def test_wrong_types_and_counts_are_refused(tmp_path, kwargs, match):
@@ -357,8 +376,8 @@ def test_the_cache_lies_under_attnexp_cache_as_imdbs_does(compose_cfg, monkeypat
 def test_pair_files_with_a_bom_crlf_and_a_lone_carriage_return(tmp_path):
     """A lone \\r inside a text ended the line: "expected 3 ... columns, found 1"."""
     path = tmp_path / "dev.tsv"
-    path.write_bytes(
-        "\ufefftext_a\ttext_b\tlabel\r\n你好\t您好\t1\r\n电脑\r坏了\t电脑坏\t0\r\n".encode()
+    path.write_bytes(  # a blank line is skipped, not "found 1" column
+        "\ufefftext_a\ttext_b\tlabel\r\n你好\t您好\t1\r\n\r\n电脑\r坏了\t电脑坏\t0\r\n".encode()
     )
     texts_a, texts_b, labels = read_pairs(path)
     assert texts_a == ["你好", "电脑\r坏了"] and texts_b == ["您好", "电脑坏"] and labels == [1, 0]
@@ -372,3 +391,23 @@ def test_pairs_with_an_empty_side_are_said(tmp_path):
     dm = make_dm(tmp_path)
     dm.setup("fit")
     assert dm.notes == ["1 of the 10 test pairs have an empty side"]
+
+
+def test_a_cached_encoding_is_reused_for_the_same_texts_and_length_only(tmp_path):
+    """A cache hit on other settings would train on pairs cut at another max_seq_len, or on the
+    encodings of text_b sides edited since."""
+    folder = write_lcqmc(tmp_path / "data", {"dev": 20, "test": 6})
+    make_dm(tmp_path).setup()
+    short = make_dm(tmp_path, max_seq_len=6)
+    short.setup()
+    assert int(short.datasets["test"].lengths.max()) == 6
+    lines = (folder / "test.tsv").read_text(encoding="utf-8").splitlines()
+    a, _, label = lines[0].split("\t")
+    lines[0] = f"{a}\t电脑电脑电脑电脑\t{label}"  # text_b only
+    (folder / "test.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    edited = make_dm(tmp_path)
+    edited.setup()
+    assert edited.tokenizer.ids_to_tokens(edited.datasets["test"].ids[0])[-9:] == [
+        *"电脑电脑电脑电脑",
+        "[SEP]",
+    ]
