@@ -1,6 +1,6 @@
 import torch
 
-from attnexp.data.base import fingerprint
+from attnexp.data.base import changed_splits, data_hash, fingerprint
 
 
 def test_fingerprints_tell_splits_apart_by_content_only():
@@ -8,9 +8,22 @@ def test_fingerprints_tell_splits_apart_by_content_only():
     assert fingerprint(texts, labels) == fingerprint(list(texts), tuple(labels))
     assert fingerprint(texts, labels) != fingerprint(texts, [0, 1])  # labels flipped
     assert fingerprint(texts, labels) != fingerprint(["a good film", "a bad one!"], labels)
-    assert fingerprint(["ab"], ["c"]) != fingerprint(["a"], ["bc"])  # where one part ends
+    assert fingerprint(["ab"], ["c"]) != fingerprint(["a"], ["bc"])
+    assert fingerprint(["a", "b"], []) != fingerprint(["a"], ["b"])  # where one part ends
     images = torch.zeros(3, 4, 4, dtype=torch.uint8)
     changed = images.clone()
     changed[1, 2, 3] = 1
     assert fingerprint(images, torch.arange(3)) != fingerprint(changed, torch.arange(3))
     assert fingerprint(images[:, :2].transpose(1, 2), torch.arange(3))  # any layout hashes
+
+
+def test_data_hash_and_changed_splits():
+    """The report averages runs with one data_hash only, and evaluate warns about changed splits:
+    a split's order of reading must not count, its name must, and a split never recorded is
+    unknown, not changed."""
+    train, test = {"text": ["a"], "label": [1]}, {"text": ["b"], "label": [0]}
+    assert data_hash({"train": train, "test": test}) == data_hash({"test": test, "train": train})
+    assert data_hash({"dev": test}) != data_hash({"test": test})  # the same pairs, another split
+    now = {"train": "1", "val": "2", "test": "3"}
+    assert changed_splits({"train": "1", "val": "9"}, now) == ["val"]
+    assert changed_splits(None, now) == []

@@ -50,6 +50,11 @@ def test_missing_file(tmp_path):
             gzip.compress(idx_bytes(np.zeros((4, 28, 28), np.uint8)) + b"\x00" * 7),
             r"longer than its header says \(3143 bytes of data, header says \(4, 28, 28\)\)",
         ),
+        # a labels file in the images' place: one dimension, not three
+        (
+            gzip.compress(idx_bytes(np.zeros(20, np.uint8))),
+            r"bad IDX header \(magic 0x00000801, want 0x00000803\)",
+        ),
         # 20x20 images trained, then the test stopped with "mat1 and mat2 shapes cannot be multiplied"
         (
             gzip.compress(idx_bytes(np.zeros((20, 20, 20), np.uint8))),
@@ -86,6 +91,7 @@ def test_sources(tmp_path, caplog):
         splits, source = load_mnist(tmp_path / "nowhere", "auto")  # offline in tests
     assert source == "sample" and "SAMPLE" in caplog.text
     assert splits["train"][0].shape[1:] == (28, 28) and len(splits["train"][0]) >= 1000
+    assert all(labels.dtype == torch.int64 for _, labels in splits.values())  # as cross_entropy's
     with pytest.raises(ConfigError, match="does not exist"):
         load_mnist(tmp_path / "nowhere", "local")
     with pytest.raises(
