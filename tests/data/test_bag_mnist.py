@@ -37,7 +37,7 @@ def train_batches(dm, epoch: int) -> list[dict]:
 
 def test_splits_loaders_and_eval_sets(data_dir):
     dm = make(data_dir, eval_bag_sizes=[1, 5], eval_variable_max=4)
-    assert dm.source == "local"
+    assert dm.source == "local" and dm.num_classes == 10  # the task sizes its metrics by it
     assert len(dm.splits["train"][0]) == 180 and len(dm.splits["val"][0]) == 20
     assert dm.train_dataloader().sampler.num_bags == 180  # one training bag per training image
     assert dm.test_set_names == ["bag1", "bag5", "variable"]
