@@ -17,7 +17,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from attnexp.machine import NOT_RECORDED, machine_label
-from attnexp.runs import METRICS_FILE, natural_key, writer_alive
+from attnexp.runs import METRICS_FILE, flat_config, natural_key, writer_alive
 
 log = logging.getLogger(__name__)
 
@@ -261,17 +261,11 @@ def config_leaves(config: DictConfig | None) -> dict[str, str]:
     variants apart (seed, paths, ...); {} without a config."""
     if config is None:
         return {}
-    leaves: dict[str, str] = {}
-
-    def walk(node: object, prefix: str) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                walk(value, f"{prefix}{key}.")
-        elif not prefix.startswith(NOT_VARIANT):
-            leaves[prefix[:-1]] = _text(node)
-
-    walk(OmegaConf.to_container(config, resolve=False), "")
-    return leaves
+    return {
+        key: _text(value)
+        for key, value in flat_config(OmegaConf.to_container(config, resolve=False)).items()
+        if value != {} and not f"{key}.".startswith(NOT_VARIANT)  # an empty group holds no leaf
+    }
 
 
 def config_differences(runs: list[Run]) -> list[str]:

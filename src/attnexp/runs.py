@@ -220,17 +220,16 @@ def check_same_config(config: DictConfig, run_dir: Path, resume: str) -> None:
     saved_file = run_dir / RUN_CONFIG
     try:
         saved = OmegaConf.to_container(OmegaConf.load(saved_file), resolve=False)
+        problem = (
+            None if isinstance(saved, dict) else f"holds a {type(saved).__name__}, not a config"
+        )
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        problem = f"cannot be read ({type(err).__name__})"
+    if problem is not None:
         raise ConfigError(
-            f"resume={resume}: {saved_file} cannot be read ({type(err).__name__}), so whether "
-            f"this version of attnexp builds the run it was cannot be checked (restore the file; "
-            f"or start a new run: drop resume=)"
-        ) from err
-    if not isinstance(saved, dict):
-        raise ConfigError(
-            f"resume={resume}: {saved_file} holds a {type(saved).__name__}, not a config, so "
-            f"whether this version of attnexp builds the run it was cannot be checked (restore "
-            f"the file; or start a new run: drop resume=)"
+            f"resume={resume}: {saved_file} {problem}, so whether this version of attnexp builds "
+            f"the run it was cannot be checked (restore the file; or start a new run: drop "
+            f"resume=)"
         )
     composed = OmegaConf.to_container(config, resolve=False)
     composed.pop("hydra", None)

@@ -10,7 +10,9 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from attnexp.errors import ConfigError
+from attnexp.run_record import RunRecord
 from attnexp.tasks import ClassificationTask
+from attnexp.tasks.callbacks import EpochHistory
 from attnexp.tasks.metrics import ClassificationStats
 from attnexp.tasks.optim import linear_warmup_decay
 
@@ -88,9 +90,6 @@ def test_history_rows_hold_their_own_epoch(tmp_path):
     """Each epoch's history row carries that epoch's train metrics (logged after the callbacks'),
     and val/* only where the epoch validated; `validations` hold each validation's val/* at its
     step (how train.py finds the tested checkpoint's)."""
-    from attnexp.run_record import RunRecord
-    from attnexp.tasks.callbacks import EpochHistory
-
     torch.manual_seed(0)
     batches = [{"x": torch.randn(5, 4), "labels": torch.randint(0, 3, (5,))} for _ in range(4)]
     task = ClassificationTask(Linear(), 3, lambda p: torch.optim.SGD(p, lr=0.5))
@@ -244,9 +243,6 @@ def test_hook_name_is_set_without_module_setattr(monkeypatch):
 
 def test_a_note_repeated_each_validation_is_recorded_once(tmp_path):
     """A one-class validation set is noted at every validation: the record keeps it once."""
-    from attnexp.run_record import RunRecord
-    from attnexp.tasks.callbacks import EpochHistory
-
     torch.manual_seed(0)
     record = RunRecord(tmp_path, seed=0, overrides=[])
     record.start()
