@@ -32,7 +32,10 @@ def train_batches(dm, epoch: int) -> list[dict]:
     """One epoch of the training loader, with the epoch set as Lightning's fit loop sets it."""
     loader = dm.train_dataloader()
     _set_sampler_epoch(loader, epoch)
-    return list(loader)
+    batches = list(loader)
+    if loader._iterator is not None:  # persistent workers: stopped now, not when collected (a
+        loader._iterator._shutdown_workers()  # collection in a later test waited 5 s per worker)
+    return batches
 
 
 def test_splits_loaders_and_eval_sets(data_dir):
