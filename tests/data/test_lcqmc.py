@@ -267,16 +267,27 @@ def test_raw_inputs_for_predict(tmp_path, monkeypatch):
 
 
 def test_probe_batch_and_attention_figures(tmp_path):
-    write_lcqmc(tmp_path / "data")
+    folder = write_lcqmc(tmp_path / "data")
+    with open(folder / "dev.tsv", "a", encoding="utf-8") as f:  # pairs too short to read
+        f.write("好\t好\t1\n买\t卖\t0\n" * 20)
     dm = make_dm(tmp_path)
     dm.setup()
     batch = dm.probe_batch(4)
-    assert batch["input_ids"].shape[0] == 4 and sorted(batch["labels"].tolist()) == [0, 0, 1, 1]
+    assert batch["labels"].tolist() == [1, 0, 1, 0]
+    # the shortest validation pairs of each label that are at least 8 tokens long
+    val, lengths = dm.datasets["val"], batch["mask"].sum(1)
+    assert (val.lengths < 8).any()  # there are shorter ones to leave out
+    for y in (0, 1):
+        eligible = sorted(int(n) for n, label in zip(val.lengths, val.labels) if label == y)
+        assert sorted(lengths[batch["labels"] == y].tolist()) == [n for n in eligible if n >= 8][:2]
     T = batch["input_ids"].shape[1]
     attention = [torch.softmax(torch.randn(4, 2, T, T), -1) for _ in range(2)]
-    figures = dm.attention_figure(batch, torch.randn(4, 2), attention)
+    logits = torch.tensor([[0.0, 1.0], [2.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    figures = dm.attention_figure(batch, logits, attention)
     assert list(figures) == ["attention/pair0", "attention/pair1"]
     assert len(figures["attention/pair0"].axes) == 4  # 2 layers x 2 heads
+    titles = [figures[f"attention/pair{b}"]._suptitle.get_text() for b in (0, 1)]
+    assert titles == ["p(similar)=0.73, label=similar", "p(similar)=0.12, label=not similar"]
     one = {key: value[:1] for key, value in batch.items()}  # fewer examples than figures
     figures = dm.attention_figure(one, torch.randn(1, 2), [a[:1] for a in attention])
     assert list(figures) == ["attention/pair0"]
