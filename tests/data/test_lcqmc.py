@@ -278,8 +278,8 @@ def test_probe_batch_and_attention_figures(tmp_path):
     val, lengths = dm.datasets["val"], batch["mask"].sum(1)
     assert (val.lengths < 8).any()  # there are shorter ones to leave out
     for y in (0, 1):
-        eligible = sorted(int(n) for n, label in zip(val.lengths, val.labels) if label == y)
-        assert sorted(lengths[batch["labels"] == y].tolist()) == [n for n in eligible if n >= 8][:2]
+        eligible = sorted(val.lengths[(val.labels == y) & (val.lengths >= 8)].tolist())
+        assert sorted(lengths[batch["labels"] == y].tolist()) == eligible[:2]
     T = batch["input_ids"].shape[1]
     attention = [torch.softmax(torch.randn(4, 2, T, T), -1) for _ in range(2)]
     logits = torch.tensor([[0.0, 1.0], [2.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
