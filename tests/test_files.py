@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from attnexp.files import next_attempt, not_a_folder, write_atomically
@@ -40,3 +42,27 @@ def test_not_a_folder_names_the_file_in_the_way(tmp_path):
     assert not_a_folder(tmp_path / "new" / "deeper") is None  # can be made
     assert not_a_folder(afile) == afile
     assert not_a_folder(afile / "sub" / "dir") == afile
+
+
+def test_writers_in_two_processes_keep_their_partial_files_apart(tmp_path, monkeypatch):
+    """Two sweep jobs (or DDP ranks) writing the same file at once: each fills its own partial,
+    so neither replaces the file with the other's half-written one."""
+    import attnexp.files as files
+
+    path = tmp_path / "metrics.json"
+    monkeypatch.setattr(files.os, "getpid", lambda: 111)
+
+    def first(partial):
+        partial.write_text("first")
+        monkeypatch.setattr(files.os, "getpid", lambda: 222)  # the other process writes meanwhile
+        write_atomically(path, lambda other: other.write_text("second"))
+
+    write_atomically(path, first)
+    assert path.read_text() == "first"
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]
+
+
+def test_not_a_folder_expands_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "notes.txt").write_text("x")
+    assert not_a_folder(Path("~/notes.txt/runs")) == tmp_path / "notes.txt"
