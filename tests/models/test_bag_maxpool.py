@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from attnexp.errors import ConfigError
 from attnexp.models.bag_maxpool import BagMaxPool
 from attnexp.modules.masking import lengths_to_mask, masked_max
 
@@ -29,3 +30,18 @@ def test_shapes_shares_and_any_bag_size(backbone):
     empty = torch.zeros(1, T, dtype=torch.bool)  # a bag of no items credits no padded slot
     assert (model(torch.zeros(1, T, 1, S, S), empty, return_attention=True)[1] == 0).all()
     assert model(torch.randn(2, 9, 1, S, S), torch.ones(2, 9, dtype=torch.bool)).shape == (2, C)
+
+
+def test_backbone_and_pooled_norm_are_the_ones_asked_for():
+    kinds = lambda net: [type(m).__name__ for m in net]  # noqa: E731
+    assert "Conv2d" in kinds(BagMaxPool(C, S, hidden_size=H, backbone="conv").backbone)
+    assert "Conv2d" not in kinds(BagMaxPool(C, S, hidden_size=H, backbone="mlp").backbone)
+    assert kinds(BagMaxPool(C, S, hidden_size=H, pooled_norm=True).head)[0] == "BatchNorm1d"
+    assert kinds(BagMaxPool(C, S, hidden_size=H).head)[0] == "Linear"
+    with pytest.raises(ConfigError, match=r"backbone 'resnet' is not one of mlp, conv"):
+        BagMaxPool(C, S, backbone="resnet")
+
+
+def test_a_hidden_size_below_one_names_the_setting():
+    with pytest.raises(ConfigError, match=r"model.hidden_size=0 must be a positive integer"):
+        BagMaxPool(C, S, hidden_size=0)
