@@ -624,3 +624,24 @@ def test_bag_size_curves_show_the_seeds_spread(drawn):
     spreads = [segment[1, 1] - segment[0, 1] for segment in bars.get_segments()]
     assert spreads == pytest.approx([2 * statistics.stdev([0.9, 1.0]), 0.0])
     assert [segment[1, 1] - segment[0, 1] for segment in single.get_segments()] == [0.0]
+
+
+def test_curves_are_drawn_left_to_right_whatever_order_the_records_give(drawn):
+    """A resumed run's history, or metrics.json's key order (acc_bag10 before acc_bag3), does not
+    make a line double back."""
+    line = drawn(plot_val_curves, {"dot": [[(2, 0.7), (0, 0.5), (1, 0.6)]]}).lines[0]
+    assert line.get_xdata().tolist() == [0, 1, 2]
+    assert line.get_ydata().tolist() == [0.5, 0.6, 0.7]
+    (dot, _, _), *_ = drawn(plot_bag_sizes, {"dot": {10: [0.6], 3: [0.9]}}).containers
+    assert dot.get_xdata().tolist() == [3, 10] and dot.get_ydata().tolist() == [0.9, 0.6]
+
+
+def test_each_variant_has_its_own_colour_the_same_in_both_figures(drawn):
+    """Variants in the report's order (not alphabetical): a variant's colour in the validation
+    curves is its colour against bag size, and each is named in the legend."""
+    val = drawn(plot_val_curves, {"mlp": [[(0, 0.5)]], "dot": [[(0, 0.6)]]})
+    sizes = drawn(plot_bag_sizes, {"mlp": {1: [0.5]}, "dot": {1: [0.6]}})
+    val_colours = [line.get_color() for line in val.lines]
+    assert len(set(val_colours)) == 2
+    assert [c.lines[0].get_color() for c in sizes.containers] == val_colours
+    assert [t.get_text() for t in sizes.get_legend().get_texts()] == ["mlp", "dot"]
