@@ -1,9 +1,12 @@
 """attnexp.machine: the record of what computed a run."""
 
+import os
+import platform
 import shutil
 import subprocess
 
 import pytest
+import pytorch_lightning
 import torch
 
 from attnexp import machine
@@ -26,6 +29,13 @@ CPU implementer\t: 0x41
 
 processor\t: 1
 """
+# POWER: the machine's model number sits in a block after the processors', with no cpu family.
+POWER = """processor\t: 0
+cpu\t\t: POWER9, altivec supported
+
+timebase\t: 512000000
+model\t\t: 8335-GTH
+"""
 
 
 def test_cpu_model_from_cpuinfo(tmp_path):
@@ -36,7 +46,9 @@ def test_cpu_model_from_cpuinfo(tmp_path):
     )
 
 
-@pytest.mark.parametrize("text", [ARM, None], ids=["no model name", "no cpuinfo"])
+@pytest.mark.parametrize(
+    "text", [ARM, POWER, None], ids=["no model name", "no cpu family", "no cpuinfo"]
+)
 def test_cpu_model_without_a_name_in_cpuinfo_still_names_something(tmp_path, text):
     cpuinfo = tmp_path / "cpuinfo"
     if text is not None:
@@ -49,6 +61,10 @@ def test_describe_machine_names_what_the_numbers_depend_on():
     assert found["torch"] == torch.__version__
     assert found["torch_threads"] == torch.get_num_threads()
     assert found["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert found["cpu_count"] == os.cpu_count()
+    assert found["python"] == platform.python_version()
+    assert found["lightning"] == pytorch_lightning.__version__
+    assert found["commit"] == machine.source_commit()
     assert found["gpus"] == [
         torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())
     ]
@@ -91,6 +107,7 @@ def test_source_commit_clean_dirty_and_not_a_checkout(tmp_path, monkeypatch):
 
 def test_machine_label():
     assert machine.machine_label(None) == "not recorded"
+    assert machine.machine_label({}) == "not recorded"
     one = {"cpu": "X", "cpu_capability": "AVX2", "torch_threads": 1, "torch": "2.13.0", "gpus": []}
     assert machine.machine_label(one) == "X, AVX2, 1 torch thread, torch 2.13.0"
     two = {**one, "torch_threads": 2, "gpus": ["NVIDIA H100"]}
