@@ -29,6 +29,17 @@ CPU implementer\t: 0x41
 
 processor\t: 1
 """
+# A 64-bit Raspberry Pi: no model name per processor; the board's name comes after them all.
+RASPBERRY_PI = """processor\t: 0
+BogoMIPS\t: 108.00
+CPU implementer\t: 0x41
+
+processor\t: 1
+BogoMIPS\t: 108.00
+
+Revision\t: c03111
+Model\t\t: Raspberry Pi 4 Model B Rev 1.1
+"""
 # POWER: the machine's model number sits in a block after the processors', with no cpu family.
 POWER = """processor\t: 0
 cpu\t\t: POWER9, altivec supported
@@ -44,6 +55,12 @@ def test_cpu_model_from_cpuinfo(tmp_path):
     assert machine.cpu_model(cpuinfo) == (
         "Intel(R) Xeon(R) Gold 6230 CPU @ 2.10GHz (family 6, model 85)"
     )
+
+
+def test_cpu_model_of_a_board_named_after_its_processors(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(RASPBERRY_PI)
+    assert machine.cpu_model(cpuinfo) == "Raspberry Pi 4 Model B Rev 1.1"
 
 
 @pytest.mark.parametrize(

@@ -29,11 +29,11 @@ def cpu_model(cpuinfo: Path = CPUINFO) -> str:
     fields: dict[str, str] = {}
     for line in text.splitlines():
         key, sep, value = line.partition(":")
-        if not sep:
-            if fields:  # a blank line ends the first processor's block; the others repeat it
-                break
-            continue
-        fields.setdefault(key.strip(), value.strip())
+        # The first processor's block names the CPU (the others repeat it); the first value
+        # of a key wins. Keep reading past it: ARM boards name themselves in a block after
+        # the processors' (Raspberry Pi: "Model : Raspberry Pi 4 Model B").
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
     name = (
         fields.get("model name")
         or fields.get("Model")
