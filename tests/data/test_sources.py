@@ -81,6 +81,34 @@ def test_resolve_warns_whenever_auto_leaves_the_local_files(tmp_path, monkeypatc
     assert "embedded SAMPLE" in warned[2]
 
 
+def test_resolve_refusals_name_the_folder_and_the_cause(tmp_path, monkeypatch):
+    """A source asked for by name either loads or says why, never falls back to the sample."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "0")
+    folder = tmp_path / "toy"
+
+    def failing_hub():
+        raise ConnectionError("no route to huggingface.co")
+
+    def sample():
+        return "sample rows"
+
+    with pytest.raises(ConfigError, match=r"data folder .*toy does not exist.*holding toy/>"):
+        resolve("toy", "local", folder, lambda path: "local rows", None, sample)
+    with pytest.raises(ConfigError, match="hub: no route to huggingface.co"):
+        resolve("toy", "hub", folder, lambda path: "local rows", failing_hub, sample)
+    with pytest.raises(ConfigError, match="toy: no data found"):  # a dataset with no hub loader
+        resolve("toy", "hub", folder, lambda path: "local rows", None, sample)
+
+
+@pytest.mark.parametrize("value, online", [("0", True), ("", True), ("false", True), ("1", False)])
+def test_hub_offline_reads_the_variable_as_huggingface_does(tmp_path, monkeypatch, value, online):
+    monkeypatch.setenv("HF_HUB_OFFLINE", value)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "0")
+    expected = "hub" if online else "sample"
+    assert planned("auto", tmp_path / "none", has_hub=True, has_sample=True) == expected
+
+
 @pytest.mark.parametrize(
     "cls, subdir",
     [(BagMNISTDataModule, "mnist"), (IMDBDataModule, "imdb"), (LCQMCDataModule, "lcqmc")],
