@@ -101,7 +101,20 @@ def test_resolve_refusals_name_the_folder_and_the_cause(tmp_path, monkeypatch):
         resolve("toy", "hub", folder, lambda path: "local rows", None, sample)
 
 
-@pytest.mark.parametrize("value, online", [("0", True), ("", True), ("false", True), ("1", False)])
+@pytest.mark.parametrize(
+    "value, online",
+    [
+        ("0", True),
+        ("", True),
+        ("false", True),
+        ("False", True),
+        ("no", True),
+        ("off", True),
+        ("1", False),
+        ("TRUE", False),
+        ("yes", False),
+    ],
+)
 def test_hub_offline_reads_the_variable_as_huggingface_does(tmp_path, monkeypatch, value, online):
     monkeypatch.setenv("HF_HUB_OFFLINE", value)
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "0")

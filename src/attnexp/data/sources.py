@@ -18,9 +18,13 @@ T = TypeVar("T")
 SOURCES = ("auto", "local", "hub", "sample")
 
 
+# What huggingface_hub and datasets read as true (case-insensitive); anything else is false.
+HF_TRUE_VALUES = ("1", "ON", "YES", "TRUE")
+
+
 def hub_offline() -> bool:
     return any(
-        os.environ.get(v, "0") not in ("0", "", "false")
+        os.environ.get(v, "").upper() in HF_TRUE_VALUES
         for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
     )
 
