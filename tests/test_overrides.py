@@ -50,11 +50,28 @@ from attnexp.overrides import unknown_keys
             "model.backbone.depth=2: model.backbone is a single setting, with no keys below it "
             "(set model.backbone=...)",
         ),
+        (
+            ["data.eval_bag_sizes.0.x=3"],
+            "data.eval_bag_sizes.0.x=3: data.eval_bag_sizes is a list of ",
+        ),
+        # a range sweep is judged by its first value; a key an earlier setting made is there
+        (["-m", "seed=range(0,3)", "model.hiden=1"], "model.hiden=1: model (model=bag_attn)"),
+        (
+            ["trainer.profiler={a:1}", "trainer.profiler.a=2", "model.hiden=1"],
+            "model.hiden=1: model (model=bag_attn) has no key 'hiden'",
+        ),
     ],
 )
 def test_an_unknown_key_is_named_with_the_keys_there_are(argv, expected):
     (message,) = unknown_keys("train", argv)
     assert message.startswith(expected)
+
+
+def test_the_top_level_keys_listed_are_the_configs_own():
+    """Hydra's own settings (hydra.*) are not the config's keys; --multirun is -m."""
+    (message,) = unknown_keys("train", ["--multirun", "sed=3,4"])
+    keys = message.split(" Its keys: ", 1)[1].split(".", 1)[0].split(", ")
+    assert "seed" in keys and "trainer" in keys and "hydra" not in keys
 
 
 @pytest.mark.parametrize(
