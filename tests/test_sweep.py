@@ -86,6 +86,13 @@ def test_sweep_subdir_names_only_the_swept_overrides(tmp_path):
     assert sweep_subdir(0, str(tmp_path / "x"), job, "all,of=them") == "0_all,of=them"
     long = sweep_subdir(0, str(tmp_path), ["seed=" + "9" * 400], "")
     assert len(long) < 200
+    # two long names alike up to the cut still name two dirs
+    assert long != sweep_subdir(0, str(tmp_path), ["seed=" + "9" * 399 + "8"], "")
+    # a swept value with spaces, quotes or wildcards names a dir a shell can type
+    quoted = sweep_subdir(2, str(tmp_path), ["seed='a b*?'"], "")
+    assert quoted.startswith("2_seed=") and not set(quoted) & set(" '\"*?<>|")
+    # `-m` with no overrides at all: Hydra's override_dirname is empty
+    assert sweep_subdir(0, str(tmp_path / "x"), [], "") == "0"
 
 
 def test_a_command_line_value_wins_over_the_sweepers_params(tmp_path):
@@ -265,10 +272,15 @@ def test_relaunching_strategy_rejected_in_a_local_multirun(monkeypatch):
         check_strategy("fsdp", multirun=True)
     with pytest.raises(ConfigError, match="strategy=ddp_find_unused_parameters_true re-launches"):
         check_strategy("ddp_find_unused_parameters_true", multirun=True)  # ddp, by another name
+    for strategy in ("ddp", "deepspeed_stage_2"):
+        with pytest.raises(ConfigError, match=f"trainer.strategy={strategy} re-launches"):
+            check_strategy(strategy, multirun=True)
     check_strategy("fsdp", multirun=False)
     check_strategy("ddp_spawn", multirun=True)
-    monkeypatch.setenv("SLURM_NTASKS", "4")
-    check_strategy("ddp", multirun=True)
+    for key in ("SLURM_NTASKS", "TORCHELASTIC_RUN_ID"):  # a cluster starts each rank itself
+        monkeypatch.setenv(key, "4")
+        check_strategy("ddp", multirun=True)
+        monkeypatch.delenv(key)
 
 
 @pytest.mark.parametrize(
@@ -347,7 +359,7 @@ def test_sweep_dir_guard_refuses_a_dir_holding_a_sweep(tmp_path, capsys):
 
 def test_sweep_dir_guard_refuses_bad_launcher_jobs_and_a_file_in_the_way(tmp_path, capsys):
     """joblib stopped on n_jobs=0 with a traceback; Hydra on a file where the sweep dir goes."""
-    for n_jobs in (0, "abc"):
+    for n_jobs in (0, "abc", True):
         config = {"hydra": {"sweep": {"dir": str(tmp_path / "s")}, "launcher": {"n_jobs": n_jobs}}}
         with pytest.raises(SystemExit) as exit_info:
             SweepDirGuard().on_multirun_start(OmegaConf.create(config))
@@ -361,6 +373,18 @@ def test_sweep_dir_guard_refuses_bad_launcher_jobs_and_a_file_in_the_way(tmp_pat
     with pytest.raises(SystemExit):
         SweepDirGuard().on_multirun_start(OmegaConf.create(config))
     assert f"{tmp_path / 'afile'} is a file, so no output dir" in capsys.readouterr().err
+
+
+def test_an_output_dir_set_by_hand_is_refused_in_a_multirun(tmp_path, capsys):
+    """Every job would write its checkpoints and events into that one folder."""
+    config = {"hydra": {"sweep": {"dir": str(tmp_path / "s")}}}
+    config["hydra"]["overrides"] = {"task": [f"paths.output_dir={tmp_path}/o", "seed=0,1"]}
+    with pytest.raises(SystemExit) as exit_info:
+        SweepDirGuard().on_multirun_start(OmegaConf.create(config))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: paths.output_dir={tmp_path}/o: paths.output_dir is the run's")
+    assert not (tmp_path / "s").exists()
 
 
 def test_resume_is_refused_in_a_multirun(tmp_path, capsys):
@@ -379,9 +403,10 @@ def test_resume_is_refused_in_a_multirun(tmp_path, capsys):
         assert exit_info.value.code == 2
         err = capsys.readouterr().err
         assert err.startswith("error: resume=") and "resume a run on its own, without -m" in err
-    fine = {"resume": None, "hydra": {"sweep": {"dir": str(tmp_path / "s")}}}
-    fine["hydra"]["overrides"] = {"task": ["resume=null", "seed=0,1"]}
-    SweepDirGuard().on_multirun_start(OmegaConf.create(fine))
+    for task, sweep in ((["resume=null", "seed=0,1"], "s"), (["~resume", "seed=0,1"], "s2")):
+        fine = {"resume": None, "hydra": {"sweep": {"dir": str(tmp_path / sweep)}}}
+        fine["hydra"]["overrides"] = {"task": task}
+        SweepDirGuard().on_multirun_start(OmegaConf.create(fine))
 
     result = run_cli(tmp_path, "-m", "resume=auto", "seed=0,1", *TINY)
     assert result.returncode == 2, result.stderr[-4000:]
