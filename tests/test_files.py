@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 
+from attnexp import files
 from attnexp.files import next_attempt, not_a_folder, write_atomically
 
 
@@ -47,8 +48,6 @@ def test_not_a_folder_names_the_file_in_the_way(tmp_path):
 def test_writers_in_two_processes_keep_their_partial_files_apart(tmp_path, monkeypatch):
     """Two sweep jobs (or DDP ranks) writing the same file at once: each fills its own partial,
     so neither replaces the file with the other's half-written one."""
-    import attnexp.files as files
-
     path = tmp_path / "metrics.json"
     monkeypatch.setattr(files.os, "getpid", lambda: 111)
 

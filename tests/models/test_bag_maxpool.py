@@ -32,8 +32,11 @@ def test_shapes_shares_and_any_bag_size(backbone):
     assert model(torch.randn(2, 9, 1, S, S), torch.ones(2, 9, dtype=torch.bool)).shape == (2, C)
 
 
+def kinds(net: torch.nn.Module) -> list[str]:
+    return [type(m).__name__ for m in net]
+
+
 def test_backbone_and_pooled_norm_are_the_ones_asked_for():
-    kinds = lambda net: [type(m).__name__ for m in net]  # noqa: E731
     assert "Conv2d" in kinds(BagMaxPool(C, S, hidden_size=H, backbone="conv").backbone)
     assert "Conv2d" not in kinds(BagMaxPool(C, S, hidden_size=H, backbone="mlp").backbone)
     assert kinds(BagMaxPool(C, S, hidden_size=H, pooled_norm=True).head)[0] == "BatchNorm1d"
