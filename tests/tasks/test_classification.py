@@ -142,6 +142,9 @@ def test_optimizer_and_schedule_settings_are_checked():
     # torch applies a negative decay from the parameter groups without a word
     with pytest.raises(ConfigError, match=r"task.weight_decay=-1 must be a number >= 0"):
         ClassificationTask(Linear(), 3, functools.partial(torch.optim.Adam), weight_decay=-1)
+    # a quoted number (task.weight_decay="0.01") ended in a TypeError from the comparison
+    with pytest.raises(ConfigError, match=r"task.weight_decay='0.01' must be a number >= 0"):
+        ClassificationTask(Linear(), 3, functools.partial(torch.optim.Adam), weight_decay="0.01")
     # torch's own check stopped fit() with a traceback naming no setting
     sgd = functools.partial(torch.optim.SGD, lr=0.1, momentum=-1)
     with pytest.raises(ConfigError, match=r"optimizer: SGD refuses .*Invalid momentum value: -1"):
@@ -287,3 +290,49 @@ def test_an_evaluation_of_one_class_is_noted():
     assert len(task.notes) == 1 and task.notes[0].startswith(
         "test: every example read for test/acc_bag9 has label 2, so it measures that class only"
     )
+
+
+def test_the_schedule_steps_with_every_batch_across_the_whole_fit():
+    """The scheduler is told fit's number of steps and stepped after each batch: 2 epochs of 4
+    batches warm up over 2 steps (warmup_ratio=0.25), then decay linearly over the other 6."""
+    torch.manual_seed(0)
+    batches = [{"x": torch.randn(5, 4), "labels": torch.randint(0, 3, (5,))} for _ in range(4)]
+    lrs = []
+
+    class LearningRates(pl.Callback):  # the lr each batch is trained with
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+    task = ClassificationTask(
+        Linear(),
+        3,
+        functools.partial(torch.optim.SGD, lr=1.0),
+        scheduler=functools.partial(linear_warmup_decay, warmup_ratio=0.25),
+    )
+    trainer = quiet_trainer(max_epochs=2, callbacks=[LearningRates()])
+    trainer.fit(task, DataLoader(batches, batch_size=None))
+    assert lrs == pytest.approx([0.5, 1.0, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6])
+
+
+def test_a_test_set_without_batches_logs_nothing():
+    """A test set that yields no batch has no accuracy: none is logged for it (its 0/0 would
+    read as a NaN accuracy beside the others), and the main test set's are its own."""
+    torch.manual_seed(0)
+    batches = [{"x": torch.randn(5, 4), "labels": torch.tensor([0, 1, 2, 0, 1])}]
+    task = ClassificationTask(Linear(), 3, torch.optim.Adam, test_set_names=["empty"])
+    loaders = [DataLoader(batches, batch_size=None), DataLoader([], batch_size=None)]
+    trainer = quiet_trainer()
+    trainer.test(task, dataloaders=loaders, verbose=False)
+    assert sorted(trainer.callback_metrics) == ["test/acc", "test/f1", "test/loss"]
+
+
+def test_the_sanity_check_before_training_is_not_noted():
+    """Lightning validates a couple of batches before training: those being one class says
+    nothing of the validation set (here its third batch holds the others), so no note."""
+    torch.manual_seed(0)
+    one = [{"x": torch.randn(5, 4), "labels": torch.full((5,), 2)} for _ in range(2)]
+    val = [*one, {"x": torch.randn(5, 4), "labels": torch.tensor([0, 1, 2, 0, 1])}]
+    task = ClassificationTask(Linear(), 3, torch.optim.Adam)
+    trainer = quiet_trainer(max_epochs=1, num_sanity_val_steps=2)
+    trainer.fit(task, DataLoader(one, batch_size=None), DataLoader(val, batch_size=None))
+    assert task.notes == []
