@@ -9,7 +9,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from tensorboard.summary.writer import event_file_writer
 from torch.utils.tensorboard import SummaryWriter
 
-from attnexp.tasks.loggers import CSVLogger, start_logs
+from attnexp.tasks.loggers import CSVLogger, log_run_hparams, start_logs
 
 
 @pytest.fixture(autouse=True)
@@ -104,3 +104,20 @@ def test_the_processes_ddp_spawn_starts_purge_nothing(tmp_path):
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     assert [e.step for e in events.Tensors("val/acc")] == [4, 5, 6]
+
+
+def test_a_resumed_runs_hparams_row_replaces_the_interrupted_attempts(tmp_path):
+    """The HPARAMS row is written at the run's final step: an interrupted attempt's row, written
+    after the checkpoint the run resumes from, is hidden by the restart mark with the rest of what
+    that attempt logged; TensorBoard shows the resumed run's row alone."""
+    from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
+
+    for purge_step, final_step, acc in ((0, 8, 0.5), (5, 9, 0.75)):
+        logger = TensorBoardLogger(tmp_path, name="tb", version="", purge_step=purge_step)
+        start_logs([logger])
+        log_run_hparams(logger, {"model": "bag_attn"}, {"test/acc": acc}, final_step)
+        logger.finalize("success")
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [e.step for e in events.Tensors("_hparams_/session_start_info")] == [9]
+    assert [(e.step, e.tensor_proto.float_val) for e in events.Tensors("test/acc")] == [(9, [0.75])]
