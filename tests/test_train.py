@@ -328,6 +328,13 @@ def test_evaluate_tests_on_the_runs_kind_of_data(tmp_path):
         check_same_data("sample", record, cfg, [])  # e.g. the run's data dir has gone
     check_same_data("sample", record, cfg, ["data.source=sample"])  # asked for on purpose
     check_same_data("local", record, cfg, [])
+    for unknown in ({}, {"data_source": None}):  # a record from before data_source was kept
+        check_same_data("local", unknown, cfg, [])
+    # no paths.data_dir= on the command line: the run's own data dir, not evaluate.yaml's default
+    cfg = OmegaConf.create({"paths": {"data_dir": str(tmp_path)}, "overrides": ["seed=1"]})
+    assert run_overrides(cfg, []) == ["seed=1"]
+    given_dir = f"paths.data_dir={tmp_path}"
+    assert run_overrides(cfg, [given_dir]) == [given_dir, "seed=1"]
 
 
 def test_evaluate_refuses_other_data_before_loading_it(tmp_path):
@@ -564,11 +571,16 @@ def test_a_resume_ended_before_a_checkpoint_puts_the_runs_record_back(tmp_path):
     assert len(read(tmp_path / "metrics.json")["failed_resumes"]) == 2
 
 
-def test_a_resume_that_saved_a_checkpoint_keeps_its_failed_record(tmp_path):
-    """A new last.ckpt changed the run: the failed attempt's record stays, the earlier one beside."""
+@pytest.mark.parametrize("saved", [b"epoch 4, saved by this attempt", b"epoch 4"])
+def test_a_resume_that_saved_a_checkpoint_keeps_its_failed_record(tmp_path, saved):
+    """A new last.ckpt changed the run: the failed attempt's record stays, the earlier one beside.
+    A checkpoint of the same model is often the same size as the one it replaces (b"epoch 4")."""
     record = resumed_record(tmp_path)
     earlier = read(tmp_path / "metrics.attempt1.json")
-    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"epoch 4, saved by this attempt")
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    written = last.stat().st_mtime_ns
+    last.write_bytes(saved)
+    os.utime(last, ns=(written + 10**9, written + 10**9))  # a second later, whatever the clock
     record.fail(ValueError("bad"))
     failed = read(tmp_path / "metrics.json")
     assert failed["status"] == "failed" and failed["error"] == "ValueError: bad"
@@ -612,6 +624,43 @@ def test_a_failure_keeps_what_a_ddp_spawn_worker_recorded(tmp_path):
     assert {k: failed[k] for k in ("history", "validations", "best_ckpt")} == {
         k: worker[k] for k in ("history", "validations", "best_ckpt")
     }
+
+
+def test_a_warning_stays_in_the_record_of_a_run_that_fails_later(tmp_path):
+    """warn() records a decision taken for the user; a failure afterwards (which takes the
+    worker's keys, warnings among them, from the file) keeps it."""
+    record = RunRecord(tmp_path, seed=0, overrides=[])
+    record.start()
+    record.warn("data: the embedded sample, not the full dataset")
+    record.fail(ValueError("bad"))
+    failed = read(tmp_path / "metrics.json")
+    assert failed["status"] == "failed"
+    assert failed["warnings"] == ["data: the embedded sample, not the full dataset"]
+
+
+def test_a_resumed_record_that_cannot_be_read_is_set_aside_and_said(tmp_path, caplog):
+    """An earlier record cut short (a full disk, an edit by hand) is kept aside as the earlier
+    attempt's like any other, its loss of history is said, and the resumed attempt records on."""
+    (tmp_path / "metrics.json").write_text('{"status": "comp')
+    record = RunRecord(tmp_path, seed=0, overrides=[])
+    record.start()
+    assert read(tmp_path / "metrics.json")["status"] == "running"
+    assert (tmp_path / "metrics.attempt1.json").read_text() == '{"status": "comp'
+    assert "could not read the history of" in caplog.text
+
+
+def test_the_report_reads_the_seed_and_overrides_a_record_keeps(tmp_path):
+    """The report groups and labels runs by the seed and command-line overrides their records
+    keep: a record written by RunRecord reads back as the run it was."""
+    from attnexp.records import load_run as load_record
+
+    run_dir = tmp_path / "runs" / "a"
+    record = RunRecord(run_dir, seed=3, overrides=["scorer=dot", "trainer.max_epochs=2"])
+    record.start()
+    record.complete({"test/acc": 0.5})
+    run = load_record(run_dir / "metrics.json", tmp_path)
+    assert (run.status, run.seed, run.metrics) == ("completed", 3, {"test/acc": 0.5})
+    assert run.settings["scorer"] == "dot" and run.settings["trainer.max_epochs"] == "2"
 
 
 def test_a_loss_that_turns_nan_ends_the_run(tmp_path):
@@ -1027,9 +1076,11 @@ def test_seed_null_draws_and_records_a_seed(compose_cfg, tmp_path):
     # re-evaluation's test bags.
     assert OmegaConf.load(tmp_path / "run" / ".hydra" / "config.yaml").seed is None
     assert load_run(tmp_path / "run")[0].seed == record["seed"]
-    cfg = compose_command_cfg("evaluate", [f"ckpt_path={tmp_path / 'run'}"])
-    evaluated = evaluate(cfg, tmp_path / "eval", [])
+    command_line = [f"ckpt_path={tmp_path / 'run'}"]
+    cfg = compose_command_cfg("evaluate", command_line)
+    evaluated = evaluate(cfg, tmp_path / "eval", command_line)
     assert evaluated["seed"] == record["seed"]
+    assert evaluated["overrides"] == command_line  # the evaluation's own, as the report shows it
     assert evaluated["metrics"]["test/acc"] == pytest.approx(record["metrics"]["test/acc"])
     (tmp_path / "run" / "metrics.json").unlink()  # a copied run dir without its record
     with pytest.raises(ConfigError, match=r"ran with seed=null, and its metrics.json records no"):
