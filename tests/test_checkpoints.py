@@ -19,7 +19,7 @@ from attnexp.checkpoints import (
     run_dir_of,
 )
 from attnexp.errors import ConfigError
-from attnexp.evaluate import summary
+from attnexp.evaluate import evaluate, summary
 
 
 @pytest.fixture
@@ -65,6 +65,7 @@ def test_load_run_from_a_run_dir_or_a_checkpoint(run_dir, tmp_path):
         ("+scorer=dot", r"override \+scorer=dot: scorer is a config group, .* scorer=additive"),
         ("seed=-1", r"override seed=-1: seed=-1 must be a whole number from 0 to 2\*\*32 - 1"),
         ("data.seed=1.5", r"override data.seed=1.5: data.seed=1.5 must be a whole number"),
+        ("+data.split_seed=-1", r"override \+data.split_seed=-1: data.split_seed=-1 must be a"),
     ],
 )
 def test_overrides_that_cannot_rebuild_the_run_are_said(run_dir, override, message):
@@ -76,9 +77,10 @@ def test_overrides_that_cannot_rebuild_the_run_are_said(run_dir, override, messa
     load_run(run_dir, ["seed=3", "data.seed=4"])
 
 
-def test_run_dir_without_best_falls_back_to_last(run_dir):
+def test_run_dir_without_best_falls_back_to_last(run_dir, caplog):
     (run_dir / "metrics.json").unlink()
     assert find_checkpoint(run_dir).name == "last.ckpt"
+    assert f"{run_dir}: no best checkpoint recorded; using checkpoints/last.ckpt" in caplog.text
     (run_dir / "checkpoints" / "last.ckpt").unlink()
     with pytest.raises(ConfigError, match="no checkpoint"):
         find_checkpoint(run_dir)
@@ -107,6 +109,12 @@ def test_a_damaged_run_config_is_said_not_a_yaml_traceback(run_dir, name, conten
         load_run(run_dir)
 
 
+def test_a_run_dir_under_home_can_be_given_with_a_tilde(run_dir, monkeypatch):
+    monkeypatch.setenv("HOME", str(run_dir.parent))
+    assert find_checkpoint("~/run") == run_dir / "checkpoints" / "best.ckpt"
+    assert find_checkpoint("~/run/checkpoints/last.ckpt") == run_dir / "checkpoints" / "last.ckpt"
+
+
 def test_the_run_dir_is_the_folder_holding_the_run(run_dir):
     (run_dir / "checkpoints" / ".hydra").mkdir()  # what a later command might have written
     (run_dir / "checkpoints" / ".hydra" / "config.yaml").write_text("seed: 1\n")
@@ -130,6 +138,25 @@ def test_checkpoint_weights_must_be_readable_and_fit(tmp_path):
     assert "give ckpt_path=<a run dir, or a .ckpt in its checkpoints/>" in str(err.value)
     with pytest.raises(ConfigError, match="ckpt_path is missing"):
         given_ckpt_path(OmegaConf.create({"ckpt_path": "???"}))
+
+
+class Touch:
+    """Unpickled, it creates a file: code that a .ckpt from elsewhere could carry."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return Path.touch, (self.path,)
+
+
+def test_reading_a_checkpoint_runs_no_code_stored_in_it(tmp_path):
+    marker = tmp_path / "ran"
+    state = {"state_dict": torch.nn.Linear(4, 2).state_dict(), "callbacks": Touch(marker)}
+    torch.save(state, tmp_path / "code.ckpt")
+    with pytest.raises(ConfigError, match=r"code.ckpt is not a Lightning checkpoint \(.ckpt\)"):
+        read_weights(tmp_path / "code.ckpt")
+    assert not marker.exists()
 
 
 def test_overrides_must_name_existing_keys():
@@ -198,6 +225,20 @@ def test_command_line_overrides_are_said_in_one_line(command, overrides, message
 def test_run_settings_go_inside_overrides():
     cfg = compose_command_cfg("evaluate", ['overrides=["data.batch_size=512"]', "seed=3"])
     assert list(cfg.overrides) == ["data.batch_size=512"] and cfg.seed == 3
+    # Hydra's own settings are not the run's: adding one is Hydra's business
+    cfg = compose_command_cfg("predict", ["ckpt_path=x", "+hydra.job.env_set.FOO=1"])
+    assert cfg.ckpt_path == "x"
+
+
+def test_evaluate_never_writes_into_the_run_dir(run_dir):
+    """evaluate() given the run dir as its own dir (the CLI's guard refuses hydra.run.dir= there
+    first) would set the run's record aside as an earlier attempt's and write its own."""
+    before = (run_dir / "metrics.json").read_text()
+    cfg = compose_command_cfg("evaluate", [f"ckpt_path={run_dir}"])
+    with pytest.raises(ConfigError, match=rf"^hydra.run.dir={run_dir} is the run dir itself"):
+        evaluate(cfg, run_dir, [f"ckpt_path={run_dir}"])
+    assert (run_dir / "metrics.json").read_text() == before
+    assert sorted(p.name for p in run_dir.iterdir()) == [".hydra", "checkpoints", "metrics.json"]
 
 
 def test_evaluate_command_line_is_checked_before_hydra(tmp_path):
@@ -234,3 +275,7 @@ def test_evaluate_summary_shows_every_test_metric():
     assert summary(other, Path("evals/x")).splitlines()[2] == (
         "run:        the run's own test of its best checkpoint, checkpoints/best.ckpt"
     )
+    # a run metric of 0 is a value, not a missing one
+    zero = {**data, "run_metrics": {"test/loss": 0.0}}
+    last = summary(zero, Path("evals/x")).splitlines()[-1]
+    assert last.split() == ["test/loss", "0.7000", "0.0000"]
