@@ -265,6 +265,33 @@ def test_out_dir_is_never_reused_nor_inside_a_run(run_dir, capsys, tmp_path):
     assert len(list((tmp_path / "predictions").glob("*/predictions.jsonl"))) == 2
 
 
+@pytest.mark.parametrize("earlier", ["predictions.jsonl", "example0000.png"])
+def test_out_dir_holding_either_kind_of_output_is_refused(capsys, tmp_path, earlier):
+    """Figures are drawn batch by batch and predictions.jsonl written last: an interrupted
+    prediction leaves figures alone, one with figures=false (or no attention) the file alone."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / earlier).write_text("earlier")
+    rc, _, err = predict(capsys, f"ckpt_path={tmp_path}", "text=hi", f"out_dir={out}")
+    assert rc == 2 and f"out_dir={out} already holds predict outputs ({earlier})" in err
+    assert [p.name for p in out.iterdir()] == [earlier] and (out / earlier).read_text() == "earlier"
+
+
+def test_text_then_texts_file_without_figures(run_dir, capsys, tmp_path):
+    """text= and texts_file= together: the argument's example first, then the file's lines;
+    figures=false draws nothing."""
+    texts = tmp_path / "texts.txt"
+    texts.write_text("an awful film\n")
+    out = tmp_path / "out"
+    args = ["text=a great film", f"texts_file={texts}", f"out_dir={out}", "figures=false"]
+    rc, stdout, _ = predict(capsys, f"ckpt_path={run_dir}", *args)
+    assert rc == 0 and "attention:" not in stdout
+    rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert [r["input"]["text"] for r in rows] == ["a great film", "an awful film"]
+    assert [r["files"] for r in rows] == [[], []]
+    assert [p.name for p in out.iterdir()] == ["predictions.jsonl"]
+
+
 def test_texts_file_lines_bom_and_crlf(run_dir, capsys, tmp_path):
     texts = tmp_path / "texts.txt"
     lines = ["a great film", "", "awful\x0cfilm", "dull\u2028plot\x85x", "a great film"]
@@ -323,6 +350,23 @@ def test_pair_file_blank_lines_figures_and_html(pair_run_dir, capsys, tmp_path, 
         "predictions.jsonl",
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "pairs.txt"]  # no None.png
+
+
+@pytest.mark.parametrize("line", ["电脑怎么录像", "电脑\t怎么\t录像"])
+def test_a_pair_file_line_without_two_fields_is_said(pair_run_dir, capsys, tmp_path, line):
+    """A line of a pair model's texts_file holds text_a<TAB>text_b: one with another number of
+    fields is said by line number, not a zip() traceback."""
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text(f"苹果好吃吗\t哪里买苹果\n{line}\n", encoding="utf-8")
+    rc, _, err = predict(
+        capsys, f"ckpt_path={pair_run_dir}", f"texts_file={pairs}", f"out_dir={tmp_path / 'o'}"
+    )
+    fields = line.count("\t") + 1
+    assert rc == 2 and "Traceback" not in err
+    assert err == (
+        f"error: {pairs}:2: {fields} tab-separated field(s), expected 2 (text_a, text_b)\n"
+    )
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_pair_model_given_one_text_says_which_is_missing(pair_run_dir, capsys, tmp_path):
