@@ -638,14 +638,16 @@ def test_a_warning_stays_in_the_record_of_a_run_that_fails_later(tmp_path):
     assert failed["warnings"] == ["data: the embedded sample, not the full dataset"]
 
 
-def test_a_resumed_record_that_cannot_be_read_is_set_aside_and_said(tmp_path, caplog):
-    """An earlier record cut short (a full disk, an edit by hand) is kept aside as the earlier
-    attempt's like any other, its loss of history is said, and the resumed attempt records on."""
-    (tmp_path / "metrics.json").write_text('{"status": "comp')
+@pytest.mark.parametrize("damaged", ['{"status": "comp', "[]"])
+def test_a_resumed_record_that_cannot_be_read_is_set_aside_and_said(tmp_path, caplog, damaged):
+    """An earlier record cut short (a full disk) or not a record at all (an edit by hand; the
+    resume checks read it as no record) is kept aside as the earlier attempt's like any other,
+    its loss of history is said, and the resumed attempt records on."""
+    (tmp_path / "metrics.json").write_text(damaged)
     record = RunRecord(tmp_path, seed=0, overrides=[])
     record.start()
     assert read(tmp_path / "metrics.json")["status"] == "running"
-    assert (tmp_path / "metrics.attempt1.json").read_text() == '{"status": "comp'
+    assert (tmp_path / "metrics.attempt1.json").read_text() == damaged
     assert "could not read the history of" in caplog.text
 
 

@@ -98,6 +98,8 @@ class RunRecord:
             self.data["resumed_from_attempt"] = attempt
             try:  # the epochs and validations before the interruption stay in the record
                 before = json.loads(earlier.read_text())
+                if not isinstance(before, dict):  # valid JSON, but not a record (edited by hand)
+                    raise ValueError(f"it holds a {type(before).__name__}, not a run record")
                 for key in ("history", "validations"):
                     self.data[key] = list(before.get(key, []))
                 if before.get("best_ckpt"):  # still the best until this attempt saves a better one
