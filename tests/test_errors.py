@@ -1,6 +1,7 @@
 """attnexp.errors: the checks on settings, each refusal naming the key, the value and the rule."""
 
 import pytest
+from torch.multiprocessing import ProcessRaisedException
 
 from attnexp.errors import (
     ConfigError,
@@ -76,8 +77,6 @@ def test_require_seed_offers_null_only_where_the_key_takes_it():
 
 
 def test_a_spawned_process_crash_that_only_mentions_a_config_error_is_not_a_refusal():
-    from torch.multiprocessing import ProcessRaisedException
-
     text = "Traceback (most recent call last):\nyaml.ConfigError: bad\n"
     assert spawned_refusal(ProcessRaisedException(text, 1, 123)) is None
 

@@ -27,6 +27,7 @@ from omegaconf import OmegaConf
 from torch.multiprocessing import ProcessRaisedException
 from torch.utils.data import DataLoader
 
+from attnexp import records
 from attnexp.build import build, check_data_dir
 from attnexp.checkpoints import compose_command_cfg, find_checkpoint, load_run
 from attnexp.errors import ConfigError, spawned_refusal
@@ -654,13 +655,11 @@ def test_a_resumed_record_that_cannot_be_read_is_set_aside_and_said(tmp_path, ca
 def test_the_report_reads_the_seed_and_overrides_a_record_keeps(tmp_path):
     """The report groups and labels runs by the seed and command-line overrides their records
     keep: a record written by RunRecord reads back as the run it was."""
-    from attnexp.records import load_run as load_record
-
     run_dir = tmp_path / "runs" / "a"
     record = RunRecord(run_dir, seed=3, overrides=["scorer=dot", "trainer.max_epochs=2"])
     record.start()
     record.complete({"test/acc": 0.5})
-    run = load_record(run_dir / "metrics.json", tmp_path)
+    run = records.load_run(run_dir / "metrics.json", tmp_path)  # the report's reader
     assert (run.status, run.seed, run.metrics) == ("completed", 3, {"test/acc": 0.5})
     assert run.settings["scorer"] == "dot" and run.settings["trainer.max_epochs"] == "2"
 

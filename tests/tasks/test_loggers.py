@@ -6,6 +6,7 @@ import pickle
 
 import pytest
 from pytorch_lightning.loggers import TensorBoardLogger
+from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
 from tensorboard.summary.writer import event_file_writer
 from torch.utils.tensorboard import SummaryWriter
 
@@ -64,8 +65,6 @@ def test_a_fresh_csv_log_starts_empty(tmp_path):
 def test_the_restart_mark_hides_the_interrupted_attempts_later_points(tmp_path):
     """What `purge_step` relies on in TensorBoard's own reader: a fresh run marks step 0, and a
     resumed one's mark hides the older events at or after its step."""
-    from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
-
     for purge_step, steps, value in ((0, range(10), 1.0), (5, range(5, 8), 2.0)):
         writer = SummaryWriter(tmp_path, purge_step=purge_step)
         for step in steps:
@@ -80,8 +79,6 @@ def test_the_processes_ddp_spawn_starts_purge_nothing(tmp_path):
     """ddp_spawn pickles the run's loggers into the fit process, then into the test process, and
     each makes its writers again: only the run's start purges, else the test process would drop
     the rows fit logged and hide all its TensorBoard points behind a new restart mark."""
-    from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
-
     first_attempt(tmp_path)
     run_loggers = [
         CSVLogger(tmp_path, name="csv", version="", purge_step=4),
@@ -110,8 +107,6 @@ def test_a_resumed_runs_hparams_row_replaces_the_interrupted_attempts(tmp_path):
     """The HPARAMS row is written at the run's final step: an interrupted attempt's row, written
     after the checkpoint the run resumes from, is hidden by the restart mark with the rest of what
     that attempt logged; TensorBoard shows the resumed run's row alone."""
-    from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
-
     for purge_step, final_step, acc in ((0, 8, 0.5), (5, 9, 0.75)):
         logger = TensorBoardLogger(tmp_path, name="tb", version="", purge_step=purge_step)
         start_logs([logger])
