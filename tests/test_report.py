@@ -147,6 +147,13 @@ def test_markdown_mean_std_over_seeds_and_failed_marked(sweep):
     assert "6 runs: 4 completed, 1 failed, 1 running." in text
 
 
+def test_a_pipe_in_a_cell_does_not_split_the_row(tmp_path):
+    write_run(tmp_path, "r0", "failed", error="ValueError: expected a | b")
+    text = report.write_report(tmp_path)["markdown"].read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| r0 |"))
+    assert "ValueError: expected a \\| b |" in row
+
+
 def test_plots_written(sweep):
     written = report.write_report(sweep)
     for key in ("val_acc", "bag_size"):
@@ -215,13 +222,33 @@ def test_a_report_never_replaces_the_report_of_other_runs(sweep, tmp_path, capsy
     assert report.main([str(sweep), "--out", str(out)]) == 0  # the same runs: refreshed
 
 
+def test_an_out_holding_a_report_md_of_its_own_is_never_replaced(sweep, tmp_path, capsys):
+    """A report.md that is not a report (notes of one's own) is other runs' too."""
+    out = tmp_path / "notes"
+    out.mkdir()
+    (out / "report.md").write_text("My notes\n")
+    assert report.main([str(sweep), "--out", str(out)]) == 2
+    assert f"--out {out} holds the report of other runs, which" in capsys.readouterr().err
+    assert (out / "report.md").read_text() == "My notes\n"
+
+
+def test_a_folder_of_evaluations_only_says_so(tmp_path):
+    write_run(tmp_path, "eval", kind="evaluate", metrics={"test/acc": 0.9})
+    with pytest.raises(FileNotFoundError, match=r"training run under .*, only 1 of evaluations"):
+        report.write_report(tmp_path)
+
+
 def test_single_run_dir_and_cli(tmp_path, capsys):
     run_dir = write_run(tmp_path, "runs/only", metrics=bag_metrics(0.9), history=curve(0.8, 0.9))
     assert report.main([str(run_dir)]) == 0
     out = capsys.readouterr().out
     assert "| only | completed |" in out
     assert "not completed" not in out  # said only where a run did not complete
+    assert "Evaluation records" not in out  # said only where there are some
     assert report.main([str(tmp_path / "empty_nonexistent")]) == 2
+    assert f"error: {tmp_path / 'empty_nonexistent'} is not a directory" in (
+        capsys.readouterr().err
+    )
     (tmp_path / "empty").mkdir()
     assert report.main([str(tmp_path / "empty")]) == 2
     assert "no metrics.json" in capsys.readouterr().err
@@ -290,6 +317,13 @@ def test_runs_on_other_data_are_not_averaged(tmp_path):
     assert rows["sample"][3] == "0.6000" and rows["local:/other"][3] == "0.7000"
 
 
+def test_the_data_column_is_there_once_when_the_data_varies(tmp_path):
+    for seed, source in enumerate(("sample", "hub")):
+        write_run(tmp_path, f"r{seed}", seed=seed, data_source=source, metrics={"test/acc": 0.7})
+    header = report.write_report(tmp_path)["csv"].read_text().splitlines()[0].split(",")
+    assert header.count("data_source") == 1
+
+
 def test_the_data_all_runs_read_is_said(tmp_path):
     """A sweep on the embedded sample reads like results unless the report says so."""
     for seed in (0, 1):
@@ -302,6 +336,8 @@ def test_the_data_all_runs_read_is_said(tmp_path):
         in written["markdown"].read_text()
     )
     assert {row["data_source"] for row in csv.DictReader(written["csv"].open())} == {"sample"}
+    write_run(tmp_path / "s", "a_early_fail", "failed", seed=2)  # listed first, no data_source
+    assert "embedded sample" in report.write_report(tmp_path / "s")["markdown"].read_text()
     write_run(tmp_path / "l", "r0", data_source="local", data_dir="/d", metrics={"test/acc": 0.9})
     assert "Data: local:/d." in report.write_report(tmp_path / "l")["markdown"].read_text()
 
@@ -319,6 +355,33 @@ def test_the_recorded_absolute_data_dir_tells_local_data_apart(tmp_path):
     text = report.write_report(tmp_path)["markdown"].read_text()
     assert {row[0] for row in variant_rows(text)} == {"local:/a/data", "local:/b/data"}
     assert "One config under" not in text  # one config, but on two datasets: two experiments
+
+
+def test_local_data_whose_dir_is_recorded_nowhere_is_said_as_local(tmp_path):
+    """No data_dir in the record, the config or the overrides: `local`, not `local:None`."""
+    write_run(tmp_path, "r0", data_source="local", metrics={"test/acc": 0.9})
+    (run,) = records.find_runs(tmp_path)
+    assert run.settings["data_source"] == "local"
+    assert "Data: local." in report.write_report(tmp_path)["markdown"].read_text()
+
+
+def test_a_value_typed_two_ways_is_one_variant(tmp_path):
+    """optimizer.lr=1e-3 and optimizer.lr=0.001 compose one config: the composed value counts."""
+    for seed, lr in enumerate(("1e-3", "0.001")):
+        write_run(
+            tmp_path,
+            f"lr_{seed}",
+            seed=seed,
+            overrides=[f"optimizer.lr={lr}", f"seed={seed}"],
+            metrics={"test/acc": 0.8, "test/loss": 1},  # a JSON integer is a metric too
+            config={"optimizer": {"lr": 0.001}, "seed": seed},
+        )
+    runs = records.find_runs(tmp_path)
+    assert [r.variant for r in runs] == [{}, {}]
+    assert [r.settings["optimizer.lr"] for r in runs] == ["0.001", "0.001"]
+    assert [r.metrics["test/loss"] for r in runs] == [1.0, 1.0]
+    (row,) = variant_rows(report.write_report(tmp_path)["markdown"].read_text())
+    assert row[:3] == ["all runs", "0,1", "2/2"]
 
 
 def test_repeated_seed_counts_once_the_latest(tmp_path):
@@ -464,6 +527,7 @@ def test_nan_metric_does_not_crash_and_is_counted(tmp_path):
     (row,) = variant_rows(written["markdown"].read_text())
     assert row[3] == f"0.8500 ± {statistics.stdev([0.8, 0.9]):.4f} (+1 NaN/inf)"
     assert report.mean_std([float("nan")]) == "nan"
+    assert report.mean_std([0.8, float("inf")]) == "0.8000 (+1 NaN/inf)"  # one finite: no std
     assert written["bag_size"].stat().st_size > 1000
 
 
@@ -578,6 +642,26 @@ def test_variants_that_ran_one_config_are_said(tmp_path):
             )
     text = report.write_report(tmp_path)["markdown"].read_text()
     assert "**One config under 2 names:** bag=bilinear, bag=dot ran one and the same" in text
+
+
+def test_runs_without_the_main_metrics_show_the_ones_they_have(tmp_path):
+    """The tables show the main metrics where there are any; runs without them (a task of its
+    own, say) are not left with no metric column."""
+    for seed, loss in enumerate((0.5, 0.7)):
+        write_run(tmp_path, f"r{seed}", seed=seed, metrics={"test/loss": loss})
+    text = report.write_report(tmp_path)["markdown"].read_text()
+    (row,) = variant_rows(text)
+    assert "| test/loss |" in text and row[3] == f"0.6000 ± {statistics.stdev([0.5, 0.7]):.4f}"
+
+
+def test_files_in_a_runs_own_subfolders_are_never_runs(tmp_path):
+    """checkpoints/, tb/, .hydra/ ... hold no run records: a metrics.json copied there (or
+    another tool's) is no run inside the run."""
+    run_dir = write_run(tmp_path, "r0", metrics={"test/acc": 0.7})
+    for folder in records.SKIP_DIRS:
+        (run_dir / folder).mkdir(exist_ok=True)
+        (run_dir / folder / "metrics.json").write_text((run_dir / "metrics.json").read_text())
+    assert [r.name for r in records.find_runs(tmp_path)] == ["r0"]
 
 
 def test_an_unreadable_record_does_not_make_every_setting_a_column(sweep):
