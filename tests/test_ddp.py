@@ -267,6 +267,17 @@ def test_relaunched_rank_enters_rank0_run_dir(tmp_path, monkeypatch, resume):
     RunDirGuard().on_run_start(guard_config(run_dir, str(run_dir) if resume else None))
 
 
+@pytest.mark.parametrize("key", ["LOCAL_RANK", "RANK", "SLURM_PROCID"])
+def test_each_launchers_rank_variable_marks_a_relaunched_rank(tmp_path, monkeypatch, key):
+    """Lightning sets LOCAL_RANK, torchrun RANK, srun SLURM_PROCID: each such rank > 0 enters
+    rank 0's run dir."""
+    run_dir = rank0_run_dir(tmp_path)
+    for other in ("LOCAL_RANK", "RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(other, raising=False)
+    monkeypatch.setenv(key, "1")
+    RunDirGuard().on_run_start(guard_config(run_dir))
+
+
 def test_rank0_still_refuses_a_dir_holding_a_run(tmp_path, monkeypatch, capsys):
     run_dir = rank0_run_dir(tmp_path)
     for key in ("LOCAL_RANK", "RANK", "SLURM_PROCID"):

@@ -7,11 +7,13 @@ import json
 import pytest
 from cli_helpers import TINY, run_cli
 from conftest import CONF_DIR
+from hydra.types import RunMode
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from attnexp import report
 from attnexp.errors import ConfigError
+from attnexp.runs import hydra_subdir
 from attnexp.sweeps import SweepDirGuard, check_strategy, sweep_subdir, swept_keys
 from attnexp.train import plugin_installed
 
@@ -67,6 +69,16 @@ def test_jobs_never_share_a_dir(tmp_path):
     assert "seed=0" in (job / ".hydra" / "overrides.yaml").read_text()
     assert not list(job.glob("metrics.attempt*")) and not list(job.glob(".hydra/resume_*"))
     assert len(list((job / "checkpoints").glob("*.ckpt"))) == 2  # job 0's best and last
+
+
+def test_a_job_in_a_dir_holding_a_composed_config_writes_none(tmp_path):
+    """hydra.mode comes in as a RunMode: a sweep job never writes over an earlier job's .hydra/,
+    a resumed run writes its own beside the original."""
+    assert hydra_subdir(str(tmp_path), RunMode.MULTIRUN) == ".hydra"
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    assert hydra_subdir(str(tmp_path), RunMode.MULTIRUN) is None
+    assert hydra_subdir(str(tmp_path), RunMode.RUN).startswith(".hydra/resume_")
 
 
 def test_sweep_subdir_names_only_the_swept_overrides(tmp_path):

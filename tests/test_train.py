@@ -27,7 +27,7 @@ from omegaconf import OmegaConf
 from torch.multiprocessing import ProcessRaisedException
 from torch.utils.data import DataLoader
 
-from attnexp import records
+from attnexp import records, train
 from attnexp.build import build, check_data_dir
 from attnexp.checkpoints import compose_command_cfg, find_checkpoint, load_run
 from attnexp.errors import ConfigError, spawned_refusal
@@ -40,7 +40,9 @@ from attnexp.evaluate import (
 )
 from attnexp.run_record import RunRecord
 from attnexp.runs import (
+    check_new_dir,
     check_not_running,
+    check_output_dir_not_set,
     check_output_root,
     check_resume,
     check_resume_epochs,
@@ -48,10 +50,25 @@ from attnexp.runs import (
     guarding,
     override_arg,
     resolve_run_dir,
+    run_holding,
     writer_alive,
 )
 from attnexp.tasks.callbacks import EpochHistory, FiniteLosses, moved_state
-from attnexp.train import checkpoint_step, draw_seed, resume_step_of, summary, validation_at
+from attnexp.train import (
+    best_score,
+    check_resume_data,
+    checkpoint_step,
+    draw_seed,
+    flatten_hparams,
+    missing_sweeper,
+    one_line,
+    resume_step_of,
+    run_hparams,
+    scalar_metrics,
+    summary,
+    validation_at,
+    with_val_of,
+)
 from attnexp.trainer import check_settings, device_name, purge_setting
 
 
@@ -438,6 +455,14 @@ def test_a_resume_must_build_the_config_the_run_was_made_with(compose_cfg, tmp_p
         f"python -m attnexp.evaluate ckpt_path={run_dir} (builds it from its own saved config); "
         f"or start a new run with today's config (drop resume=)"
     )
+    del saved["data"]["more"]  # five differences: all shown, no "and 0 more"
+    (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(saved))
+    with pytest.raises(ConfigError) as five:
+        check_same_config(cfg, run_dir, str(run_dir))
+    assert "model.pooled_norm: the run's <absent>, today's " in str(five.value)
+    assert "more)" not in str(five.value)
+    with pytest.raises(ConfigError, match=rf"^resume=auto \(the run it found, {run_dir}\): the"):
+        check_same_config(cfg, run_dir, "auto")
     (run_dir / ".hydra" / "config.yaml").write_text("model: [unclosed\n")
     with pytest.raises(ConfigError, match=r"config.yaml cannot be read \(.*\), so whether"):
         check_same_config(cfg, run_dir, str(run_dir))
@@ -876,6 +901,53 @@ def test_resume_errors(tmp_path):
     assert resolve_run_dir("auto", str(runs_root), longer) != str(run_dir)
 
 
+def test_resume_null_in_any_spelling_starts_a_new_run(tmp_path):
+    for no_resume in (None, "", "null", "None"):  # resume=None on a command line is a string
+        assert Path(resolve_run_dir(no_resume, str(tmp_path), [])).parent == tmp_path
+
+
+def test_a_run_started_without_overrides_can_be_resumed(tmp_path):
+    """An empty .hydra/overrides.yaml is a run started with none, not one that cannot be read."""
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"")
+    (run_dir / ".hydra").mkdir()
+    (run_dir / ".hydra" / "overrides.yaml").write_text("")
+    check_resume(str(run_dir), ["trainer.max_epochs=3"])
+    assert resolve_run_dir("auto", str(tmp_path), ["trainer.max_epochs=3"]) == str(run_dir)
+    # a setting removed with ~ is named by its key
+    (run_dir / ".hydra" / "overrides.yaml").write_text("- ~callbacks.early_stopping\n")
+    with pytest.raises(ConfigError, match=r"\(differing: callbacks.early_stopping\)"):
+        check_resume(str(run_dir), [])
+    # no overrides.yaml at all (copied without .hydra/): nothing to compare, not unreadable
+    (run_dir / ".hydra" / "overrides.yaml").unlink()
+    check_resume(str(run_dir), ["trainer.max_epochs=3"])
+    # a metrics.json that holds no record (a JSON list) says nothing: no status, no writer
+    (run_dir / "metrics.json").write_text("[1, 2]")
+    assert resolve_run_dir(str(run_dir), str(tmp_path), []) == str(run_dir)
+    check_not_running(run_dir, f"resume={run_dir}")
+
+
+def test_resume_auto_says_when_the_run_it_found_has_completed(tmp_path, caplog):
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"")
+    (run_dir / ".hydra").mkdir()
+    (run_dir / ".hydra" / "overrides.yaml").write_text("[]\n")
+    for status, said in (("failed", False), ("completed", True)):
+        (run_dir / "metrics.json").write_text(json.dumps({"status": status}))
+        caplog.clear()
+        assert resolve_run_dir("auto", str(tmp_path), []) == str(run_dir)
+        assert ("has completed: it trains on only as far as" in caplog.text) is said, status
+
+
+@pytest.mark.parametrize("given", ["paths.output_dir=/x", "+paths.output_dir=/x"])
+def test_paths_output_dir_is_refused_however_given(given):
+    config = OmegaConf.create({"hydra": {"overrides": {"task": ["seed=0", given]}}})
+    with pytest.raises(ConfigError, match=re.escape(f"{given}: paths.output_dir is the run")):
+        check_output_dir_not_set(config)
+
+
 def test_a_resume_that_would_train_back_is_refused(tmp_path):
     """Lightning raised 'You restored a checkpoint with current_epoch=2, but you have set
     Trainer(max_epochs=1)' after the run's completed record had been set aside as failed."""
@@ -888,6 +960,8 @@ def test_a_resume_that_would_train_back_is_refused(tmp_path):
         r"epochs=1 ends before: .*set trainer.max_epochs >= 2; to test the run",
     ):
         check_resume_epochs(str(run_dir), 1)
+    with pytest.raises(ConfigError, match=r"which trainer.max_epochs=0 ends before"):
+        check_resume_epochs(str(run_dir), 0)
     for max_epochs in (2, 3, -1, None):  # Lightning takes these
         check_resume_epochs(str(run_dir), max_epochs)
     (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"")  # train says what is wrong
@@ -1008,6 +1082,22 @@ def test_a_run_still_going_is_not_resumed(finished_run, tmp_path):
 
 def snapshot(run_dir: Path) -> dict[str, bytes]:
     return {str(p.relative_to(run_dir)): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+
+
+def test_only_a_run_with_its_composed_config_holds_the_folders_inside_it(tmp_path):
+    """A project folder with a checkpoints/ of its own is no run: a new run may go below it."""
+    (tmp_path / "checkpoints").mkdir()
+    assert run_holding(tmp_path / "outputs" / "new") is None
+    check_new_dir(tmp_path / "outputs" / "new", can_resume=True)
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    assert run_holding(tmp_path / "outputs" / "new") == tmp_path
+    with pytest.raises(ConfigError) as err:  # evaluate has no resume= to offer
+        check_new_dir(tmp_path, can_resume=False)
+    assert str(err.value) == (
+        f"hydra.run.dir={tmp_path} already holds a run, which this one would overwrite (drop "
+        f"hydra.run.dir= for a new dir)"
+    )
 
 
 def test_a_finished_run_is_never_overwritten(finished_run):
@@ -1493,6 +1583,15 @@ def test_the_validation_at_a_step_is_the_last_one_there():
     assert validation_at(record, 8) == {"val/acc": 0.7} and validation_at(record, 5) is None
 
 
+def test_a_best_checkpoint_without_its_validation_keeps_the_last_and_says_so():
+    notes = []
+    metrics = with_val_of(
+        {"val/acc": 0.5, "test/acc": 0.6}, None, SimpleNamespace(warn=notes.append)
+    )
+    assert metrics == {"test/acc": 0.6, "val/acc_last": 0.5}
+    assert notes == ["no validation recorded at the best checkpoint's step: only val/*_last"]
+
+
 def test_the_summary_shows_the_test_and_validation_accuracies_in_natural_order():
     metrics = {"test/acc_bag10": 0.7, "test/acc_bag2": 0.9, "val/acc": 0.8, "val/loss": 0.3}
     assert summary(metrics, "runs/x").splitlines() == [
@@ -1501,3 +1600,77 @@ def test_the_summary_shows_the_test_and_validation_accuracies_in_natural_order()
         "  test/acc_bag10           0.7000",
         "  val/acc                  0.8000",
     ]
+
+
+def test_only_one_number_metrics_are_recorded():
+    metrics = {"val/acc": torch.tensor(0.5), "val/per_class": torch.tensor([0.2, 0.8]), "x": 1.0}
+    assert scalar_metrics(metrics) == {"val/acc": 0.5}
+
+
+def test_the_best_score_is_the_callbacks_else_the_checkpoints_own(tmp_path):
+    """ddp_spawn hands the main process the best path only: the score is in the checkpoint."""
+    best = tmp_path / "best.ckpt"
+    assert best_score(SimpleNamespace(best_model_score=torch.tensor(0.25)), str(best)) == 0.25
+    state = {"EarlyStopping": {}, "ModelCheckpoint{'monitor': 'val/acc'}": {}}
+    torch.save({"callbacks": state}, best)
+    with pytest.raises(RuntimeError, match=f"no best_model_score in {re.escape(str(best))}"):
+        best_score(SimpleNamespace(best_model_score=None), str(best))
+    state["ModelCheckpoint{'monitor': 'val/acc'}"]["best_model_score"] = torch.tensor(0.75)
+    torch.save({"callbacks": state}, best)
+    assert best_score(SimpleNamespace(best_model_score=None), str(best)) == 0.75
+
+
+def test_the_hparams_tab_holds_what_defines_the_experiment():
+    cfg = OmegaConf.create(
+        {
+            "seed": 0,
+            "data": {"batch_size": 4, "num_workers": 2},
+            "model": {"hidden_size": 8, "scorer": {"_target_": "Dot"}},
+            "task": {"optimizer": {"lr": 0.1}, "label_smoothing": 0.0},
+            "trainer": {"max_epochs": 1, "default_root_dir": "/x", "enable_progress_bar": True},
+            "paths": {"log_dir": "/logs"},
+        }
+    )
+    hparams = run_hparams(cfg, {"model": "bag_attn"}, "sample")
+    assert flatten_hparams(hparams) == {
+        "seed": 0,
+        "data.batch_size": 4,
+        "model.hidden_size": 8,
+        "task.label_smoothing": 0.0,
+        "trainer.max_epochs": 1,
+        "choice.model": "bag_attn",
+        "data_source": "sample",
+    }
+    assert flatten_hparams({"a": {}, "b": [1, 2], "c": None}) == {"b": "[1, 2]", "c": "None"}
+
+
+def test_a_resume_from_a_record_without_its_data_goes_on(tmp_path):
+    """A record from before data_source was kept says nothing against the data read now."""
+    now = SimpleNamespace(source="sample", fingerprints={"train": "ab"})
+    check_resume_data({}, now, str(tmp_path), "run")
+    with pytest.raises(ConfigError, match=r"trained on local data, .*\(give its data\)$"):
+        check_resume_data({"data_source": "local"}, now, str(tmp_path), "run")
+    with pytest.raises(ConfigError, match=r"\(give paths.data_dir=/d\)$"):
+        check_resume_data({"data_source": "local", "data_dir": "/d"}, now, str(tmp_path), "run")
+
+
+def test_one_line_marks_only_a_cut_reason():
+    assert one_line(RuntimeError("size mismatch\n  for a")) == "size mismatch for a"
+    assert one_line(RuntimeError("size mismatch\n for a\n for b")) == "size mismatch for a ..."
+
+
+def test_a_search_given_with_a_plus_is_said_without_its_sweeper(monkeypatch):
+    monkeypatch.setattr(train, "plugin_installed", lambda module: False)
+    (message,) = missing_sweeper(["seed=1", "+hparams_search=bag_optuna"])
+    assert message.startswith("+hparams_search=bag_optuna runs on the Optuna sweeper")
+    assert missing_sweeper(["seed=1"]) == []
+
+
+def test_a_sweep_of_many_failed_jobs_never_exits_with_status_0(monkeypatch, capsys):
+    """Exit statuses wrap at 256: 256 failed jobs would read as success."""
+    monkeypatch.setattr(train, "main", lambda: None)
+    monkeypatch.setattr(train, "FAILED_JOBS", [f"job{i}" for i in range(256)])
+    with pytest.raises(SystemExit) as end:
+        train.cli()
+    assert end.value.code == 100
+    assert "256 job(s) failed:" in capsys.readouterr().err
