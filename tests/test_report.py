@@ -324,6 +324,12 @@ def test_the_data_column_is_there_once_when_the_data_varies(tmp_path):
     assert header.count("data_source") == 1
 
 
+def test_metric_columns_are_in_natural_order(tmp_path):
+    write_run(tmp_path, "r0", metrics={"test/acc_bag10": 0.7, "test/acc_bag2": 0.9})
+    header = report.write_report(tmp_path)["csv"].read_text().splitlines()[0].split(",")
+    assert header.index("test/acc_bag2") < header.index("test/acc_bag10")
+
+
 def test_the_data_all_runs_read_is_said(tmp_path):
     """A sweep on the embedded sample reads like results unless the report says so."""
     for seed in (0, 1):
@@ -483,6 +489,33 @@ def test_explicit_default_is_the_same_variant_as_the_implicit_one(tmp_path):
     ]
     rows = variant_rows(report.write_report(tmp_path)["markdown"].read_text())
     assert [row[:3] for row in rows] == [["dot", "0", "1/1"], ["additive", "0,2,1", "2/3 (failed)"]]
+
+
+def test_settings_are_shown_as_typed_on_a_command_line(tmp_path):
+    """true/false/null as Hydra reads them, not Python's True/False/None; an empty group in one
+    config and none in another are the same config."""
+    for seed, norm in enumerate((True, False)):
+        write_run(
+            tmp_path,
+            f"norm_{seed}",
+            seed=seed,
+            overrides=[f"model.pooled_norm={str(norm).lower()}", f"seed={seed}"],
+            metrics={"test/acc": 0.8},
+            config={"model": {"pooled_norm": norm}, "seed": seed},
+        )
+    runs = records.find_runs(tmp_path)
+    assert [r.variant for r in runs] == [{"model.pooled_norm": v} for v in ("true", "false")]
+    for seed in (0, 1):
+        config = {"model": {"hidden_size": 8}, **({"extra": {}} if seed else {})}
+        write_run(tmp_path / "same", f"s{seed}", seed=seed, config=config)
+    assert [r.variant for r in records.find_runs(tmp_path / "same")] == [{}, {}]
+
+
+def test_a_tie_in_start_time_counts_the_last_listed(tmp_path):
+    for name in ("a_first", "b_second"):  # no started_at recorded: a tie
+        write_run(tmp_path, name, seed=0, metrics={"test/acc": 0.8})
+    runs = records.find_runs(tmp_path)
+    assert [r.repeat_of for r in runs] == ["b_second", ""]
 
 
 def test_a_run_resumed_to_train_longer_is_not_averaged_with_shorter_ones(tmp_path):
