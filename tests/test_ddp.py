@@ -278,6 +278,24 @@ def test_each_launchers_rank_variable_marks_a_relaunched_rank(tmp_path, monkeypa
     RunDirGuard().on_run_start(guard_config(run_dir))
 
 
+def test_resume_auto_checks_the_run_the_run_dir_resolver_finds(tmp_path, monkeypatch, capsys):
+    """The guard looks for resume=auto's run where conf/hydra/default.yaml's resolver does,
+    under paths.log_dir/runs: that run, still being written, is refused."""
+    run_dir = rank0_run_dir(tmp_path)  # tmp_path/runs/r0, running: this process
+    for key in ("LOCAL_RANK", "RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(key, raising=False)
+    config = OmegaConf.create(
+        {
+            "resume": "auto",
+            "paths": {"log_dir": str(tmp_path)},
+            "hydra": {"run": {"dir": "unused"}, "overrides": {"task": [], "hydra": []}},
+        }
+    )
+    with pytest.raises(SystemExit):
+        RunDirGuard().on_run_start(config)
+    assert f"the run in {run_dir} is still running" in capsys.readouterr().err
+
+
 def test_rank0_still_refuses_a_dir_holding_a_run(tmp_path, monkeypatch, capsys):
     run_dir = rank0_run_dir(tmp_path)
     for key in ("LOCAL_RANK", "RANK", "SLURM_PROCID"):
