@@ -50,6 +50,19 @@ def test_padding_is_ignored(name, batch):
 
 
 @pytest.mark.parametrize("name", list(MODELS))
+def test_a_reviews_logits_do_not_depend_on_its_batch(name, batch):
+    """Each row gives the logits it gives alone, unpadded: no model averages or attends over the
+    padding its batch-mates' lengths add (the mean baseline divides by the real tokens only)."""
+    ids, mask = batch
+    torch.manual_seed(1)
+    model = MODELS[name]().eval()
+    logits = model(ids, mask)
+    for b, n in enumerate(mask.sum(1).tolist()):
+        alone = model(ids[b : b + 1, :n], mask[b : b + 1, :n])
+        torch.testing.assert_close(alone[0], logits[b], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
 def test_gradients_flow(name, batch):
     ids, mask = batch
     model = MODELS[name]()
@@ -66,6 +79,7 @@ def test_gradients_flow(name, batch):
         ("additive", "dropout"),
         ("mhsa", "dropout"),
         ("no_lstm", "embed_dropout"),
+        ("mhsa", "attn_dropout"),
     ],
 )
 def test_dropout_acts_in_training_only(name, setting, batch):

@@ -111,12 +111,24 @@ def test_custom_and_torch_have_the_same_parameter_count():
 def test_matcher_errors():
     with pytest.raises(ConfigError, match="impl 'keras' is not one of custom, torch"):
         TransformerMatcher(**SMALL, impl="keras")
-    with pytest.raises(ConfigError, match="model.depth=0 must be a positive integer"):
-        TransformerMatcher(**SMALL, depth=0)
+    for key in ("depth", "heads", "hidden_size", "ffn_size"):
+        with pytest.raises(ConfigError, match=rf"model.{key}=0 must be a positive integer"):
+            TransformerMatcher(**{**SMALL, key: 0})
     # torch said "dropout probability has to be between 0 and 1" in the first training step
     for key, value in (("dropout", 2), ("attention_dropout", -0.1), ("dropout", 1.0)):
         with pytest.raises(ConfigError, match=rf"model.{key}={value} must be a rate from 0"):
             TransformerMatcher(**SMALL, **{key: value})
+
+
+def test_the_pooled_cls_state_passes_through_model_dropout():
+    """model.dropout acts between the pooler and the classifier too (BERT's head), in training."""
+    ids, segments, mask = pair_batch()
+    torch.manual_seed(0)
+    model = TransformerMatcher(**SMALL, dropout=0.0, attention_dropout=0.0).train()
+    model.dropout.p = 1.0  # everything dropped: only the classifier's bias is left
+    logits = model(ids, segments, mask)
+    torch.testing.assert_close(logits, model.classifier.bias.expand(2, -1))
+    assert not torch.allclose(model.eval()(ids, segments, mask), logits)
 
 
 VARIANTS = [

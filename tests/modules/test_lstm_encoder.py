@@ -1,5 +1,6 @@
 import pytest
 import torch
+import torch.nn.functional as F
 from imdb_data import token_batch
 
 from attnexp.errors import ConfigError
@@ -24,6 +25,24 @@ def test_packed_equals_unpacked_on_real_positions(batch, rnn_impl):
         alone, _ = encoder.lstm(encoder.embedding(ids[b : b + 1, :n]))  # no padding at all
         torch.testing.assert_close(out[b, :n], alone[0], rtol=1e-5, atol=1e-6)
         assert (out[b, n:] == 0).all()
+
+
+@pytest.mark.parametrize("rnn_impl", ["packed", "reversed"])
+def test_padding_past_the_longest_sequence_changes_nothing(batch, rnn_impl):
+    """A batch whose every row ends in padding (padded to a fixed width, say) keeps its T: the
+    packed output is padded back to the input's width, not to the longest sequence."""
+    ids, mask = batch
+    encoder = LSTMEncoder(V, embed_dim=8, hidden_size=4, rnn_impl=rnn_impl).eval()
+    wider = encoder(F.pad(ids, (0, 2)), F.pad(mask, (0, 2)))  # (B, T + 2, D)
+    assert wider.shape == (B, T + 2, 8) and (wider[:, T:] == 0).all()
+    torch.testing.assert_close(wider[:, :T], encoder(ids, mask), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("rnn_impl", ["packed", "reversed"])
+def test_one_direction_gives_hidden_size_features(batch, rnn_impl):
+    ids, mask = batch
+    encoder = LSTMEncoder(V, embed_dim=8, hidden_size=4, bidirectional=False, rnn_impl=rnn_impl)
+    assert encoder(ids, mask).shape == (B, T, encoder.output_dim) and encoder.output_dim == 4
 
 
 @pytest.mark.parametrize("num_layers", [1, 2])
