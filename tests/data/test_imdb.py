@@ -467,6 +467,12 @@ def test_a_tokenizer_with_other_special_ids_is_refused(tmp_path):
     )
     with pytest.raises(ConfigError, match=r"must map \[PAD\] to id 0 .* found \{'\[PAD\]': 2"):
         make_dm(tmp_path, tokenizer_path=str(path))
+    # [PAD] right is not enough: [UNK] must be id 1 too
+    Tokenizer(models.WordLevel({"[PAD]": 0, "good": 1, "[UNK]": 2}, unk_token="[UNK]")).save(
+        str(path)
+    )
+    with pytest.raises(ConfigError, match=r"found \{'\[PAD\]': 0, '\[UNK\]': 2\} \(set data.tok"):
+        make_dm(tmp_path, tokenizer_path=str(path))
 
 
 @pytest.mark.parametrize(

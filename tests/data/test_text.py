@@ -5,9 +5,11 @@ from attnexp.data.text import (
     PAD,
     PAD_ID,
     UNK_ID,
+    default_cache_dir,
     encode_texts,
     load_tokenizer,
     normalize_text,
+    read_lines,
     save_tokenizer,
     text_normalizer,
     texts_hash,
@@ -166,3 +168,18 @@ def test_a_typed_pad_token_reads_as_unknown_never_as_padding():
     assert encode_texts(tokenizer, ["great [PAD] [UNK] film"], 10) == [
         [great, UNK_ID, UNK_ID, film]
     ]
+
+
+def test_read_lines_drops_the_bom_and_windows_line_ends_only(tmp_path):
+    """A vocab or texts file saved by Notepad: BOM and CRLF go; a word's own spaces and tabs stay."""
+    path = tmp_path / "lines.txt"
+    path.write_bytes("\ufeffa b \r\n\tc\t\r\nd".encode())
+    assert read_lines(path, "a file") == ["a b ", "\tc\t", "d"]
+
+
+def test_the_cache_dir_expands_a_home_in_attnexp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("ATTNEXP_CACHE", "~/ids")
+    assert default_cache_dir() == tmp_path / "ids"
+    monkeypatch.delenv("ATTNEXP_CACHE")
+    assert default_cache_dir() == tmp_path / ".cache" / "attnexp"
