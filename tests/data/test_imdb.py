@@ -6,6 +6,7 @@ import torch
 from imdb_data import write_imdb
 from lightning_fabric.utilities.data import _set_sampler_epoch
 
+from attnexp.data import text_classification
 from attnexp.data.batching import collate_tokens
 from attnexp.data.imdb import IMDBDataModule
 from attnexp.data.sources import sample_path
@@ -245,6 +246,18 @@ def test_token_cache_is_reused(tmp_path, caplog):
     assert len(list((tmp_path / "cache" / "imdb").iterdir())) > len(files)
 
 
+def test_ids_cached_under_another_encoding_rule_are_not_reused(tmp_path, monkeypatch):
+    """`ENCODING` names how texts become ids beyond the tokenizer (a typed "[PAD]" reads as [UNK]
+    since 2026-11-23): a new rule must miss the ids cached under the old one."""
+    write_imdb(tmp_path / "data")
+    make_dm(tmp_path).setup("fit")
+    folder = tmp_path / "cache" / "imdb"
+    before = {p.name for p in folder.glob("*.arrow")}
+    monkeypatch.setattr(text_classification, "ENCODING", "another-rule")
+    make_dm(tmp_path).setup("fit")
+    assert len({p.name for p in folder.glob("*.arrow")} - before) == 3  # train, val, test
+
+
 @pytest.mark.parametrize(
     "setting",
     [
@@ -292,6 +305,25 @@ def test_artifacts_round_trip_and_raw_inputs(tmp_path):
         0, -1
     ] == tail.tokenizer.token_to_id("great")
     assert fresh.prediction_label(1) == "positive"
+
+
+def test_raw_notes_count_what_the_model_reads(tmp_path):
+    """predict's notes describe the max_seq_len tokens read, not the whole text, and name the
+    truncation rule; a blank text is called empty; probe_batch takes the first num_examples."""
+    write_imdb(tmp_path / "data")
+    dm = make_dm(tmp_path)
+    dm.setup("fit")
+    # unknown words past token 20 are not read; 20 unknown words read are all there is
+    assert dm.raw_notes({"text": "film " * 20 + "zzqx"})[0].startswith("long text: only the first")
+    assert not any("unknown" in n for n in dm.raw_notes({"text": "film " * 20 + "zzqx"}))
+    assert "every word is unknown" in dm.raw_notes({"text": "zzqx " * 20 + "film"})[1]
+    tail = make_dm(tmp_path, truncation="head_tail")
+    tail.setup("fit")
+    (note,) = tail.raw_notes({"text": "film " * 50})
+    assert "only the first and last 20 of 50 tokens" in note and "truncation=head_tail" in note
+    assert dm.check_raw({"text": " \t "}) == "empty text: nothing to classify"
+    probes = dm.probe_batch(2)
+    assert probes["input_ids"].shape[0] == 2 and probes["labels"].tolist() == [1, 0]
 
 
 def test_a_resumed_run_never_replaces_its_tokenizer(tmp_path):
