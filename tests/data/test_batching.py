@@ -68,6 +68,16 @@ def test_drop_last():
     assert len(batches) == len(sampler) == 3 and all(len(b) == 4 for b in batches)
 
 
+@pytest.mark.parametrize("pool_batches", [1, 2, 100])
+def test_drop_last_drops_any_short_batch(pool_batches):
+    """One short of batch_size is short too, in whichever pool it falls."""
+    sampler = bucket_batch_sampler(
+        list(range(15)), 4, shuffle=False, pool_batches=pool_batches, drop_last=True
+    )
+    batches = list(sampler)
+    assert len(batches) == len(sampler) == 3 and all(len(b) == 4 for b in batches)
+
+
 def test_pad_sequences():
     ids, mask = pad_sequences([[5, 6, 7], [8], []], pad_id=0)
     assert ids.tolist() == [[5, 6, 7], [8, 0, 0], [0, 0, 0]]
@@ -136,4 +146,5 @@ def test_bucketed_loader_serves_every_sample_once(train):
     workers = bucketed_loader(
         dataset, LENGTHS, 4, train=train, seed=0, collate_fn=list, num_workers=2
     )
-    assert workers.persistent_workers and not loader.persistent_workers
+    one = bucketed_loader(dataset, LENGTHS, 4, train=train, seed=0, collate_fn=list, num_workers=1)
+    assert workers.persistent_workers and one.persistent_workers and not loader.persistent_workers

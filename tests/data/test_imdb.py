@@ -226,6 +226,8 @@ def test_batches_read_in_one_call_equal_single_reads(tmp_path):
         assert dataset.__getitems__(indices) == singles
         expected = collate_tokens(singles)
         assert all(torch.equal(batch[key], expected[key]) for key in expected)
+    dataset.ids = list(dataset.ids)  # as datasets < 4 gives it: a list, not a lazy column
+    assert dataset.__getitems__([5, 0, 3]) == [dataset[5], dataset[0], dataset[3]]
 
 
 def test_token_cache_is_reused(tmp_path, caplog):
