@@ -1,4 +1,5 @@
 import logging
+import shutil
 from collections import Counter
 
 import pytest
@@ -103,6 +104,7 @@ def test_val_from_test_trains_on_all_training_reviews(tmp_path, caplog):
     assert sizes == {"train": 60, "val": 20, "test": 20}
     assert Counter(dm.splits["val"].labels) == Counter(dm.splits["test"].labels) == {0: 10, 1: 10}
     assert "val_from=test" in caplog.text
+    assert "takes 20 of the 40 test reviews; the test metrics cover the other 20" in caplog.text
 
 
 def test_train_fraction_keeps_a_stratified_share_of_the_training_reviews(tmp_path):
@@ -180,6 +182,28 @@ def test_acl_files_that_are_not_reviews_are_left_out(tmp_path, caplog):
     (root / "test" / "neg" / "0_7.txt").rename(root / "test" / "neg" / "mine.txt")
     with pytest.raises(ConfigError, match=r"no reviews \(<id>_<rating>.txt\) in .*test/neg"):
         make_dm(tmp_path).load_local(root.parent)
+
+
+def test_acl_folders_straight_under_imdb_and_names_that_are_not_reviews(tmp_path, caplog):
+    """train/ and test/ of aclImdb may sit in imdb/ itself; a lone train.parquet does not hide
+    them; every name not exactly <id>_<rating>.txt is left out and named (up to three); half a
+    copy (no test/pos) is not taken for one."""
+    folder = tmp_path / "data" / "imdb"
+    for split in ("train", "test"):
+        for name in ("pos", "neg"):
+            (folder / split / name).mkdir(parents=True)
+            (folder / split / name / "0_7.txt").write_text(f"{name} review")
+    for stray in ("3_.txt", "1_7.txt.txt", "README.txt"):
+        (folder / "train" / "pos" / stray).write_text("not a review")
+    (folder / "train.parquet").write_bytes(b"")  # a copy cut short: no test.parquet
+    with caplog.at_level(logging.WARNING):
+        raw = make_dm(tmp_path).load_local(folder)
+    assert raw["train"]["text"] == ["neg review", "pos review"]
+    assert "3 file(s) in" in caplog.text
+    assert "not read as reviews: 1_7.txt.txt, 3_.txt, README.txt" in caplog.text
+    shutil.rmtree(folder / "test" / "pos")
+    with pytest.raises(ConfigError, match="holds neither train.parquet .* nor an aclImdb/"):
+        make_dm(tmp_path).load_local(folder)
 
 
 def test_bad_local_folder(tmp_path):
