@@ -1,3 +1,4 @@
+import logging
 from pathlib import Path
 
 import pytest
@@ -168,6 +169,24 @@ def test_malformed_lines_name_file_and_line(tmp_path, line, match):
     (folder / "dev.tsv").write_text("".join(rows[:2]) + line + "".join(rows[2:]), encoding="utf-8")
     with pytest.raises(ConfigError, match=match):
         make_dm(tmp_path).setup()
+
+
+def test_lines_of_spaces_are_skipped_as_blank_lines(tmp_path):
+    """A line of spaces left at a file's end or between pairs is no malformed pair."""
+    path = tmp_path / "dev.tsv"
+    path.write_bytes("电脑\t录像\t1\r\n   \r\n\n录像\t电脑\t0\n  \n".encode())
+    assert read_pairs(path) == (["电脑", "录像"], ["录像", "电脑"], [1, 0])
+
+
+def test_the_log_counts_the_pairs_cut_at_max_seq_len(tmp_path, caplog):
+    """Each side holds 3 characters or more: at max_seq_len=5 every pair is cut, so the count of
+    pairs at the limit is the count of pairs."""
+    write_lcqmc(tmp_path / "data")
+    dm = make_dm(tmp_path, max_seq_len=5)
+    with caplog.at_level(logging.INFO):
+        dm.setup()
+    counts = {name: len(d) for name, d in dm.datasets.items()}
+    assert f"pairs at max_seq_len=5 (cut there, or exactly that long): {counts}" in caplog.text
 
 
 def test_missing_data_says_where_to_put_files(tmp_path):
