@@ -285,6 +285,18 @@ def test_raw_inputs_for_predict(tmp_path, monkeypatch):
     assert "layer 1 head 2" in (tmp_path / "ex0.html").read_text(encoding="utf-8")
 
 
+def test_probe_batch_of_only_short_pairs_takes_the_shortest(tmp_path):
+    """No validation pair reaches 8 tokens: the probes are the shortest ones, not an empty batch."""
+    folder = tmp_path / "data" / "lcqmc"
+    folder.mkdir(parents=True)
+    for split in ("dev", "test"):
+        (folder / f"{split}.tsv").write_text("好\t好\t1\n买\t卖\t0\n" * 20, encoding="utf-8")
+    dm = make_dm(tmp_path)
+    dm.setup()
+    batch = dm.probe_batch(4)
+    assert batch["input_ids"].shape == (4, 5) and batch["mask"].all()
+
+
 def test_probe_batch_and_attention_figures(tmp_path):
     folder = write_lcqmc(tmp_path / "data")
     with open(folder / "dev.tsv", "a", encoding="utf-8") as f:  # pairs too short to read
