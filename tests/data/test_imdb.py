@@ -319,6 +319,12 @@ def test_artifacts_round_trip_and_raw_inputs(tmp_path):
     fresh.load_artifacts(str(tmp_path / "run"))
     fresh.setup("predict")  # no data needed
     assert fresh.splits is None and fresh.model_kwargs == dm.model_kwargs
+    assert dm.model_kwargs["max_seq_len"] == 20  # the no-LSTM model's position table
+    # a tokenizer the module already holds (data.tokenizer_path) gives way to the run's
+    other = make_dm(tmp_path, vocab_size=12)
+    other.setup("fit")
+    other.load_artifacts(str(tmp_path / "run"))
+    assert other.tokenizer.to_str() == dm.tokenizer.to_str()
     batch = fresh.encode_raw([{"text": "A great film"}, {"text": "zzqx " * 50}])
     assert batch["input_ids"].shape == (2, 20) and batch["mask"].sum(1).tolist() == [3, 20]
     assert fresh.check_raw({"text": "  "}) is not None and fresh.check_raw({"text": "film"}) is None
