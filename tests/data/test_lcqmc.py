@@ -159,7 +159,7 @@ def test_standard_protocol_txt_names_and_header(tmp_path):
     ("line", "match"),
     [
         ("电脑\t录像\n", r"dev.tsv:3: expected 3 tab-separated columns"),
-        ("电脑\t录像\t2\n", r"dev.tsv:3: label must be 0 or 1"),
+        ("电脑\t录像\t2\n", r"dev.tsv:3: label must be 0 or 1, found '2'"),
         ("电脑\t录像\tlabel\n", r"dev.tsv:3: label must be 0 or 1"),  # a header on line 1 only
     ],
 )
