@@ -6,6 +6,7 @@ import pytest
 import torch
 from imdb_data import write_imdb
 from lightning_fabric.utilities.data import _set_sampler_epoch
+from tokenizers import Tokenizer, models
 
 from attnexp.data import text_classification
 from attnexp.data.batching import collate_tokens
@@ -523,8 +524,6 @@ def test_a_broken_cached_tokenizer_is_trained_again(tmp_path, caplog):
 
 def test_a_tokenizer_with_other_special_ids_is_refused(tmp_path):
     """data.tokenizer_path from elsewhere: padding and masks rely on [PAD] = 0 and [UNK] = 1."""
-    from tokenizers import Tokenizer, models
-
     path = tmp_path / "tokenizer.json"
     Tokenizer(models.WordLevel({"good": 0, "[UNK]": 1, "[PAD]": 2}, unk_token="[UNK]")).save(
         str(path)
