@@ -866,14 +866,20 @@ def test_a_resumed_run_keeps_its_logs_up_to_its_checkpoint(tmp_path):
     assert [e.step for e in events.Tensors("test/acc")] == [2 * resume_step]  # the resumed run's
 
 
-def test_resume_errors(tmp_path):
-    with pytest.raises(ConfigError, match=r"resume=.*nowhere: no checkpoints/last.ckpt"):
-        check_resume(str(tmp_path / "nowhere"), [])
-    run_dir = tmp_path / "run"
+def stub_run(run_dir: Path, overrides: str) -> Path:
+    """A run dir as resume's checks read it: a last.ckpt (empty) and the overrides.yaml of the
+    command that started it."""
     (run_dir / "checkpoints").mkdir(parents=True)
     (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"")
     (run_dir / ".hydra").mkdir()
-    (run_dir / ".hydra" / "overrides.yaml").write_text("- model.hidden_size=16\n- seed=1\n")
+    (run_dir / ".hydra" / "overrides.yaml").write_text(overrides)
+    return run_dir
+
+
+def test_resume_errors(tmp_path):
+    with pytest.raises(ConfigError, match=r"resume=.*nowhere: no checkpoints/last.ckpt"):
+        check_resume(str(tmp_path / "nowhere"), [])
+    run_dir = stub_run(tmp_path / "run", "- model.hidden_size=16\n- seed=1\n")
     (run_dir / ".hydra" / "config.yaml").write_text("seed: 1\n")
     check_resume(str(run_dir), ["seed=1", "model.hidden_size=16", "trainer.max_epochs=9"])
     with pytest.raises(ConfigError, match=r"differing: model.hidden_size, scorer\)") as err:
@@ -908,11 +914,7 @@ def test_resume_null_in_any_spelling_starts_a_new_run(tmp_path):
 
 def test_a_run_started_without_overrides_can_be_resumed(tmp_path):
     """An empty .hydra/overrides.yaml is a run started with none, not one that cannot be read."""
-    run_dir = tmp_path / "run"
-    (run_dir / "checkpoints").mkdir(parents=True)
-    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"")
-    (run_dir / ".hydra").mkdir()
-    (run_dir / ".hydra" / "overrides.yaml").write_text("")
+    run_dir = stub_run(tmp_path / "run", "")
     check_resume(str(run_dir), ["trainer.max_epochs=3"])
     assert resolve_run_dir("auto", str(tmp_path), ["trainer.max_epochs=3"]) == str(run_dir)
     # a setting removed with ~ is named by its key
@@ -929,11 +931,7 @@ def test_a_run_started_without_overrides_can_be_resumed(tmp_path):
 
 
 def test_resume_auto_says_when_the_run_it_found_has_completed(tmp_path, caplog):
-    run_dir = tmp_path / "run"
-    (run_dir / "checkpoints").mkdir(parents=True)
-    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"")
-    (run_dir / ".hydra").mkdir()
-    (run_dir / ".hydra" / "overrides.yaml").write_text("[]\n")
+    run_dir = stub_run(tmp_path / "run", "[]\n")
     for status, said in (("failed", False), ("completed", True)):
         (run_dir / "metrics.json").write_text(json.dumps({"status": status}))
         caplog.clear()
@@ -971,11 +969,7 @@ def test_a_resume_that_would_train_back_is_refused(tmp_path):
 def test_the_resume_command_offered_keeps_this_commands_epochs(tmp_path):
     """It repeated the first attempt's trainer.max_epochs=1, which a run trained on since has
     passed: the command offered then failed."""
-    run_dir = tmp_path / "run"
-    (run_dir / "checkpoints").mkdir(parents=True)
-    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"")
-    (run_dir / ".hydra").mkdir()
-    (run_dir / ".hydra" / "overrides.yaml").write_text("- seed=1\n- trainer.max_epochs=1\n")
+    run_dir = stub_run(tmp_path / "run", "- seed=1\n- trainer.max_epochs=1\n")
     with pytest.raises(ConfigError) as err:
         check_resume(str(run_dir), ["seed=1", "scorer=dot", "trainer.max_epochs=3"])
     assert str(err.value).endswith(
