@@ -11,11 +11,11 @@ from hydra.types import RunMode
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
-from attnexp import report
+from attnexp import report, sweeps
+from attnexp.cli import plugin_installed
 from attnexp.errors import ConfigError
 from attnexp.runs import hydra_subdir
-from attnexp.sweeps import SweepDirGuard, check_strategy, sweep_subdir, swept_keys
-from attnexp.train import plugin_installed
+from attnexp.sweeps import FailedJobs, SweepDirGuard, check_strategy, sweep_subdir, swept_keys
 
 
 def test_sweep_with_a_failing_job_then_report(tmp_path):
@@ -321,9 +321,6 @@ def test_lcqmc_table_is_a_grid_over_impl_and_depth(compose_cfg):
 
 
 def test_failed_jobs_callback_counts_each_unfinished_record_once(tmp_path, monkeypatch):
-    from attnexp import train
-    from attnexp.sweeps import FailedJobs
-
     monkeypatch.chdir(tmp_path)
     records = (("0_a", {"status": "completed"}), ("1_b", {"status": "failed"}))
     records += (("2_c", {"status": "running"}), ("3_d", ["not", "a", "record"]))
@@ -331,10 +328,10 @@ def test_failed_jobs_callback_counts_each_unfinished_record_once(tmp_path, monke
         (tmp_path / "sweep" / name).mkdir(parents=True)
         (tmp_path / "sweep" / name / "metrics.json").write_text(json.dumps(record))
     # job 1 was already counted in-process (absolute path); the sweep dir is relative
-    monkeypatch.setattr(train, "FAILED_JOBS", [str(tmp_path / "sweep" / "1_b")])
+    monkeypatch.setattr(sweeps, "FAILED_JOBS", [str(tmp_path / "sweep" / "1_b")])
     FailedJobs().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": "sweep"}}}))
     expected = [str(tmp_path / "sweep" / n) for n in ("1_b", "2_c", "3_d")]
-    assert sorted(train.FAILED_JOBS) == expected  # 3_d: valid JSON, not a record (was a crash)
+    assert sorted(sweeps.FAILED_JOBS) == expected  # 3_d: valid JSON, not a record (was a crash)
 
 
 def test_sweep_dir_guard_refuses_a_dir_holding_a_sweep(tmp_path, capsys):

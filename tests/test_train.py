@@ -27,7 +27,7 @@ from omegaconf import OmegaConf
 from torch.multiprocessing import ProcessRaisedException
 from torch.utils.data import DataLoader
 
-from attnexp import records, train
+from attnexp import records
 from attnexp.build import build, check_data_dir
 from attnexp.checkpoints import compose_command_cfg, find_checkpoint, load_run
 from attnexp.errors import ConfigError, spawned_refusal
@@ -60,12 +60,10 @@ from attnexp.train import (
     checkpoint_step,
     draw_seed,
     flatten_hparams,
-    missing_sweeper,
     one_line,
     resume_step_of,
     run_hparams,
     scalar_metrics,
-    summary,
     validation_at,
     with_val_of,
 )
@@ -1586,16 +1584,6 @@ def test_a_best_checkpoint_without_its_validation_keeps_the_last_and_says_so():
     assert notes == ["no validation recorded at the best checkpoint's step: only val/*_last"]
 
 
-def test_the_summary_shows_the_test_and_validation_accuracies_in_natural_order():
-    metrics = {"test/acc_bag10": 0.7, "test/acc_bag2": 0.9, "val/acc": 0.8, "val/loss": 0.3}
-    assert summary(metrics, "runs/x").splitlines() == [
-        "run dir: runs/x",
-        "  test/acc_bag2            0.9000",
-        "  test/acc_bag10           0.7000",
-        "  val/acc                  0.8000",
-    ]
-
-
 def test_only_one_number_metrics_are_recorded():
     metrics = {"val/acc": torch.tensor(0.5), "val/per_class": torch.tensor([0.2, 0.8]), "x": 1.0}
     assert scalar_metrics(metrics) == {"val/acc": 0.5}
@@ -1651,20 +1639,3 @@ def test_a_resume_from_a_record_without_its_data_goes_on(tmp_path):
 def test_one_line_marks_only_a_cut_reason():
     assert one_line(RuntimeError("size mismatch\n  for a")) == "size mismatch for a"
     assert one_line(RuntimeError("size mismatch\n for a\n for b")) == "size mismatch for a ..."
-
-
-def test_a_search_given_with_a_plus_is_said_without_its_sweeper(monkeypatch):
-    monkeypatch.setattr(train, "plugin_installed", lambda module: False)
-    (message,) = missing_sweeper(["seed=1", "+hparams_search=bag_optuna"])
-    assert message.startswith("+hparams_search=bag_optuna runs on the Optuna sweeper")
-    assert missing_sweeper(["seed=1"]) == []
-
-
-def test_a_sweep_of_many_failed_jobs_never_exits_with_status_0(monkeypatch, capsys):
-    """Exit statuses wrap at 256: 256 failed jobs would read as success."""
-    monkeypatch.setattr(train, "main", lambda: None)
-    monkeypatch.setattr(train, "FAILED_JOBS", [f"job{i}" for i in range(256)])
-    with pytest.raises(SystemExit) as end:
-        train.cli()
-    assert end.value.code == 100
-    assert "256 job(s) failed:" in capsys.readouterr().err

@@ -1,3 +1,3 @@
-from attnexp.train import cli
+from attnexp.cli import cli
 
 cli()

@@ -33,6 +33,9 @@ from attnexp.runs import (
 log = logging.getLogger(__name__)
 
 MAX_NAME = 160  # file systems allow 255 bytes per path component
+# This process's multirun jobs that failed (run dirs), for the exit status: the jobs that ran here
+# add themselves, FailedJobs adds those whose records on disk say so.
+FAILED_JOBS: list[str] = []
 
 
 def swept_keys(sweep_dir: str | Path) -> set[str] | None:
@@ -92,8 +95,6 @@ class FailedJobs(Callback):
     """
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        from attnexp.train import FAILED_JOBS
-
         sweep_dir = Path(config.hydra.sweep.dir)
         known = {Path(p).resolve() for p in FAILED_JOBS}  # already counted by this process
         for path in sorted(sweep_dir.glob(f"*/{METRICS_FILE}")):

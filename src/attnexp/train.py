@@ -4,15 +4,12 @@ Every run writes, in its own run dir: the composed config (.hydra/), checkpoints
 tb/ (TensorBoard), train.log and metrics.json.
 """
 
-import importlib.util
 import logging
 import os
 import random
 import signal
-import sys
 from pathlib import Path
 
-import hydra
 import pytorch_lightning as pl
 import torch
 from hydra.core.hydra_config import HydraConfig
@@ -25,16 +22,14 @@ from pytorch_lightning.utilities.exceptions import MisconfigurationException, SI
 from attnexp.build import build, check_data_dir, resolved_data_dir
 from attnexp.config import register_resolvers
 from attnexp.data.base import changed_splits
-from attnexp.errors import ConfigError, exit_with, message_lines, spawned_refusal
+from attnexp.errors import ConfigError, message_lines, spawned_refusal
 from attnexp.files import TORCH_LOAD_ERRORS, checkpoint_value
-from attnexp.overrides import unknown_keys
 from attnexp.run_record import WORKER_KEYS, RunRecord
 from attnexp.runs import (
     LAST_CKPT,
     flat_config,
     holds_run,
     is_other_rank,
-    natural_key,
     override_arg,
 )
 from attnexp.sweeps import check_strategy
@@ -44,7 +39,6 @@ from attnexp.tasks.loggers import log_run_hparams
 from attnexp.trainer import check_settings, device_name, make_trainer, monitor_refusal
 
 log = logging.getLogger(__name__)
-FAILED_JOBS: list[str] = []  # failed jobs of this process's multirun, for the exit status
 
 register_resolvers()
 
@@ -327,70 +321,3 @@ def run(cfg: DictConfig) -> dict[str, float]:
     record.complete(metrics)
     log.info("run dir: %s", run_dir)
     return metrics
-
-
-@hydra.main(version_base="1.3", config_path="pkg://attnexp.conf", config_name="train")
-def main(cfg: DictConfig) -> float | None:
-    try:
-        metrics = run(cfg)
-    except Exception as err:
-        if HydraConfig.get().mode != RunMode.MULTIRUN:
-            if isinstance(err, ConfigError):
-                exit_with(err)
-            raise
-        # One failed job must not end the sweep: it is recorded (status=failed) and counted.
-        job = HydraConfig.get().job.num
-        if isinstance(err, ConfigError):  # the user's settings: the message says it all
-            log.error("job %s failed; the sweep goes on. error: %s", job, err)
-        else:
-            log.exception("job %s failed; the sweep goes on", job)
-        FAILED_JOBS.append(HydraConfig.get().runtime.output_dir)
-        return None
-    if HydraConfig.get().mode == RunMode.RUN and not is_other_rank():  # one summary per run
-        print(summary(metrics, HydraConfig.get().runtime.output_dir))
-    objective = cfg.get("optimized_metric")
-    return metrics.get(objective) if objective else None
-
-
-def summary(metrics: dict[str, float], run_dir: str) -> str:
-    keys = sorted((k for k in metrics if k.startswith(("test/acc", "val/acc"))), key=natural_key)
-    lines = [f"  {k:<24} {metrics[k]:.4f}" for k in keys]
-    return "\n".join([f"run dir: {run_dir}", *lines])
-
-
-def plugin_installed(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:  # not even its namespace package
-        return False
-
-
-def missing_sweeper(args: list[str]) -> list[str]:
-    """conf/hparams_search/ options use the Optuna sweeper, a Hydra plugin from an extra: without
-    it Hydra says only "Could not find 'hydra/sweeper/optuna'"."""
-    searches = [a for a in args if a.lstrip("+").startswith("hparams_search=")]
-    if not searches or plugin_installed("hydra_plugins.hydra_optuna_sweeper"):
-        return []
-    return [
-        f"{searches[0]} runs on the Optuna sweeper, which is not installed: pip install -e "
-        f"'.[optuna]' (from a source checkout), or pip install 'attnexp[optuna]'"
-    ]
-
-
-def cli() -> None:
-    try:
-        main()
-    except SystemExit as end:
-        # Status 1: Hydra printed an error it caught. A key it could not override gets named
-        # with the keys there are (Hydra's advice, `+key=...`, would add one nothing reads).
-        messages = unknown_keys("train", sys.argv[1:]) if end.code == 1 else []
-        if end.code == 1 and not messages:
-            messages = missing_sweeper(sys.argv[1:])
-        for message in messages:
-            print(f"error: {message}", file=sys.stderr)
-        if messages:
-            raise SystemExit(2) from None
-        raise
-    if FAILED_JOBS:
-        print(f"{len(FAILED_JOBS)} job(s) failed:", *FAILED_JOBS, sep="\n  ", file=sys.stderr)
-        sys.exit(min(len(FAILED_JOBS), 100))

@@ -1,0 +1,116 @@
+"""`python -m attnexp`'s entry point: what Hydra answers alone, the summary, the exit status."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnexp import cli
+from attnexp.cli import missing_sweeper, summary
+
+# Imported by a run, never by what Hydra answers without one.
+RUN_MODULES = {"torch", "pytorch_lightning", "lightning_fabric", "datasets", "matplotlib"}
+
+
+def run_entry(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, set[str]]:
+    """`python -m attnexp <args>`, and the top-level packages it imported (PYTHONPROFILEIMPORTTIME
+    writes a line per import to stderr; `-X importtime` the same)."""
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1", "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "attnexp", *args, f"paths.log_dir={tmp_path}/outputs"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    imported = {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in result.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    messages = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
+    result.stderr = "\n".join(messages)
+    return result, imported
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--cfg", "job", "model=lstm_attn", "scorer=dot"],
+        ["--help"],
+        ["-m", "--cfg", "job", "model=lstm_attn", "scorer=dot,additive"],
+    ],
+    ids=["cfg", "help", "multirun-cfg"],
+)
+def test_what_hydra_answers_alone_imports_no_torch(tmp_path, args):
+    result, imported = run_entry(tmp_path, *args)
+    assert "hydra" in imported and "attnexp" in imported  # the import lines were read
+    assert not imported & RUN_MODULES, result.stderr
+    if args[0] == "--help":
+        assert result.returncode == 0 and result.stdout.startswith("train is powered by Hydra")
+    elif args[0] == "--cfg":
+        assert result.returncode == 0, result.stderr
+        assert "_target_: attnexp.modules.scorers.DotScorer" in result.stdout
+    else:  # Hydra's own refusal: one of --cfg and -m
+        assert result.returncode == 1 and "Only one of --run, --multirun" in result.stderr
+
+
+def test_a_typo_in_a_key_is_named_before_torch_is_imported(tmp_path):
+    result, imported = run_entry(tmp_path, "trainer.max_epoch=3")
+    assert result.returncode == 2
+    assert "did you mean trainer.max_epochs" in result.stderr
+    assert not imported & RUN_MODULES
+
+
+def test_a_run_imports_its_training_code(tmp_path):
+    """The counterpart: the import lines above do name torch once a run starts (a bad
+    setting found by the run's own checks, so nothing trains)."""
+    result, imported = run_entry(tmp_path, "data.source=sample", "data.batch_size=0")
+    assert result.returncode == 2 and "data.batch_size" in result.stderr
+    assert {"torch", "pytorch_lightning"} <= imported
+
+
+def test_the_console_script_is_the_same_entry(tmp_path):
+    """pyproject's [project.scripts] `attnexp`, as `pip install` wrote it into the environment."""
+    script = Path(sys.executable).with_name("attnexp")
+    if not script.is_file():
+        pytest.skip(f"no {script}: attnexp is not pip-installed into this environment")
+    result = subprocess.run(
+        [str(script), "--cfg", "job", "model=bag_attn", "scorer=dot"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "_target_: attnexp.modules.scorers.DotScorer" in result.stdout
+
+
+def test_the_summary_shows_the_test_and_validation_accuracies_in_natural_order():
+    metrics = {"test/acc_bag10": 0.7, "test/acc_bag2": 0.9, "val/acc": 0.8, "val/loss": 0.3}
+    assert summary(metrics, "runs/x").splitlines() == [
+        "run dir: runs/x",
+        "  test/acc_bag2            0.9000",
+        "  test/acc_bag10           0.7000",
+        "  val/acc                  0.8000",
+    ]
+
+
+def test_a_search_given_with_a_plus_is_said_without_its_sweeper(monkeypatch):
+    monkeypatch.setattr(cli, "plugin_installed", lambda module: False)
+    (message,) = missing_sweeper(["seed=1", "+hparams_search=bag_optuna"])
+    assert message.startswith("+hparams_search=bag_optuna runs on the Optuna sweeper")
+    assert missing_sweeper(["seed=1"]) == []
+
+
+def test_a_sweep_of_many_failed_jobs_never_exits_with_status_0(monkeypatch, capsys):
+    """Exit statuses wrap at 256: 256 failed jobs would read as success."""
+    monkeypatch.setattr(cli, "main", lambda: None)
+    monkeypatch.setattr(cli, "FAILED_JOBS", [f"job{i}" for i in range(256)])
+    with pytest.raises(SystemExit) as end:
+        cli.cli()
+    assert end.value.code == 100
+    assert "256 job(s) failed:" in capsys.readouterr().err
