@@ -117,6 +117,7 @@ def test_cli_run_writes_a_complete_run_dir(finished_run):
     assert list((run_dir / "tb").glob("events.out.tfevents.*"))
     assert (run_dir / ".hydra" / "config.yaml").is_file() and (run_dir / "train.log").is_file()
     assert "test/acc" in result.stdout  # the summary
+    assert "stopped_early" not in record  # trained its max_epochs
 
 
 @pytest.mark.slow
@@ -1357,17 +1358,43 @@ def test_callback_settings_lightning_refuses_name_the_callback(
         train_in_process(cfg, tmp_path / "run")
 
 
-def test_a_monitor_that_names_no_metric_is_said(compose_cfg, tmp_path):
-    """Lightning's MisconfigurationException after the first validation, with no key named."""
+@pytest.mark.parametrize(
+    "callback, overrides",
+    [("model_checkpoint", []), ("early_stopping", ["callbacks=early_stopping"])],
+)
+def test_a_monitor_that_names_no_metric_is_said(compose_cfg, tmp_path, callback, overrides):
+    """Lightning says it after the first validation, with no key named: ModelCheckpoint as a
+    MisconfigurationException, EarlyStopping as a RuntimeError."""
     (tmp_path / "data").mkdir()
-    cfg = compose_cfg(*TINY, "logger=csv", "callbacks.model_checkpoint.monitor=val/accc")
+    cfg = compose_cfg(*TINY, "logger=csv", *overrides, f"callbacks.{callback}.monitor=val/accc")
     with pytest.raises(ConfigError) as err:
         train_in_process(cfg, tmp_path / "run")
-    assert str(err.value).startswith(
-        "callbacks.model_checkpoint.monitor=val/accc is not a metric the run logs at validation "
-        "(it logs ['"
+    message = str(err.value)
+    assert message.startswith(
+        f"callbacks.{callback}.monitor=val/accc is not a metric the run logs at validation "
+        f"(it logs "
     )
-    assert "'val/acc'" in str(err.value)
+    assert re.search(r"it logs .*\bval/acc,", message)
+    assert message.endswith(f"set callbacks.{callback}.monitor=val/acc, for instance)")
+
+
+def test_early_stopping_ends_the_run_and_the_record_says_why(compose_cfg, tmp_path):
+    """callbacks=early_stopping: val/acc cannot rise by min_delta=1, so the second epoch's
+    validation is one without improvement, and patience=1 ends the run there (of 4 epochs).
+    The best checkpoint (epoch 0's) is still tested."""
+    (tmp_path / "data").mkdir()
+    cfg = compose_cfg(
+        *TINY, "logger=csv", "trainer.max_epochs=4", "callbacks=early_stopping",
+        "callbacks.early_stopping.patience=1", "callbacks.early_stopping.min_delta=1.0",
+    )  # fmt: skip
+    train_in_process(cfg, tmp_path / "run")
+    record = read(tmp_path / "run" / "metrics.json")
+    assert record["status"] == "completed" and "test/acc" in record["metrics"]
+    assert [row["epoch"] for row in record["history"]] == [0, 1]
+    stopped = record["stopped_early"]
+    assert (stopped["epoch"], stopped["step"]) == (1, 4)  # 2 batches an epoch
+    assert stopped["reason"].startswith("Monitored metric val/acc did not improve in the last 1")
+    assert checkpoint_step(tmp_path / "run" / record["best_ckpt"]) == 2
 
 
 def test_simple_attention_drops_the_default_scorer(compose_cfg):

@@ -36,7 +36,7 @@ def failure(err: BaseException) -> str:
 
 
 # What the training callbacks record; under ddp_spawn a worker process writes them to the file.
-WORKER_KEYS = ("history", "validations", "best_ckpt", "warnings")
+WORKER_KEYS = ("history", "validations", "best_ckpt", "warnings", "stopped_early")
 # What a run's record says of the data it read (train records them once the data are loaded).
 DATA_KEYS = ("data_source", "data_dir", "data_fingerprints")
 

@@ -110,7 +110,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         log.info("resuming from %s (global step %d)", resume_ckpt, resume_step)
     try:
         trainer.fit(task, datamodule=datamodule, ckpt_path=resume_ckpt)
-    except MisconfigurationException as err:
+    except (MisconfigurationException, RuntimeError) as err:
         refusal = monitor_refusal(err, cfg.callbacks)
         if refusal is None:
             raise

@@ -105,15 +105,23 @@ def refused_settings(
     return ConfigError(f"{command}: Lightning refuses {shown}: {err} (set the one it names)")
 
 
-def monitor_refusal(
-    err: MisconfigurationException, callbacks_cfg: DictConfig
-) -> ConfigError | None:
-    """A checkpoint callback's `monitor` that names no logged metric (Lightning finds out at the
-    first validation) as a ConfigError naming the setting and the metrics there are."""
-    found = re.search(r"monitor='([^']*)'\)` could not find .* metrics: (\[[^]]*\])", str(err))
+# A callback's `monitor` that names no logged metric, as Lightning says it after the first
+# validation: ModelCheckpoint (a MisconfigurationException), EarlyStopping (a RuntimeError).
+UNLOGGED_MONITOR = (
+    re.compile(r"monitor='([^']*)'\)` could not find .* metrics: (\[[^]]*\])"),
+    re.compile(r"conditioned on metric `([^`]*)` which is not available\..* following: (.*)$"),
+)
+
+
+def monitor_refusal(err: Exception, callbacks_cfg: DictConfig) -> ConfigError | None:
+    """A checkpoint or early-stopping callback's `monitor` that names no logged metric (Lightning
+    finds out at the first validation) as a ConfigError naming the setting and the metrics there
+    are; None for any other error."""
+    found = next((m for p in UNLOGGED_MONITOR if (m := p.search(str(err)))), None)
     if found is None:
         return None
     monitor, logged = found.groups()
+    logged = ", ".join(re.findall(r"['`]([^'`]+)['`]", logged))  # a list's repr, or `a`, `b`
     names = [n for n, c in callbacks_cfg.items() if c is not None and c.get("monitor") == monitor]
     key = f"callbacks.{names[0]}.monitor" if names else "monitor"
     return ConfigError(

@@ -184,6 +184,19 @@ class EpochHistory(pl.Callback):
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._write(trainer)
+        if trainer.is_global_zero:
+            self._record_early_stop(trainer)
+
+    def _record_early_stop(self, trainer: pl.Trainer) -> None:
+        """A run an EarlyStopping callback ended (callbacks=early_stopping) says so in its record:
+        the epoch and step, and Lightning's reason (a reason needs Lightning >= 2.6)."""
+        for callback in trainer.early_stopping_callbacks:
+            reason = getattr(callback, "stopping_reason_message", None)
+            if trainer.should_stop and reason:
+                stop = {"epoch": callback.stopped_epoch, "step": trainer.global_step}
+                self.record.update(stopped_early={**stop, "reason": reason})
+                log.info("stopped early at epoch %d, step %d: %s", *stop.values(), reason)
+                return
 
     def _write(self, trainer: pl.Trainer) -> None:
         pending, self.pending = self.pending, None
