@@ -45,3 +45,26 @@ def run_cli(
     return subprocess.run(
         cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
     )
+
+
+# Imported by a run, never by what answers without one (attnexp --help / --cfg, the report).
+RUN_MODULES = {"torch", "pytorch_lightning", "lightning_fabric", "datasets"}
+
+
+def run_counting_imports(
+    args: list[str], cwd: Path
+) -> tuple[subprocess.CompletedProcess, set[str]]:
+    """`python <args>`, and the top-level packages it imported: PYTHONPROFILEIMPORTTIME (the
+    same as -X importtime) writes a line per import to stderr, taken out of `result.stderr`."""
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1", "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+    lines = result.stderr.splitlines()
+    imported = {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in lines
+        if line.startswith("import time:")
+    }
+    result.stderr = "\n".join(line for line in lines if not line.startswith("import time:"))
+    return result, imported

@@ -12,8 +12,6 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-import torch
-
 CPUINFO = Path("/proc/cpuinfo")
 PACKAGE_DIR = Path(__file__).resolve().parent
 NOT_RECORDED = "not recorded"  # the machine of a record written before runs recorded it
@@ -77,6 +75,8 @@ def _version(distribution: str) -> str | None:
 
 def describe_machine() -> dict:
     """The facts a run's numbers depend on beyond its config and seed, for `metrics.json`."""
+    import torch  # here, not above: the report reads records (machine_label) without torch
+
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return {
         "cpu": cpu_model(),
