@@ -1397,6 +1397,22 @@ def test_early_stopping_ends_the_run_and_the_record_says_why(compose_cfg, tmp_pa
     assert checkpoint_step(tmp_path / "run" / record["best_ckpt"]) == 2
 
 
+def test_early_stopping_after_every_batch_counts_validations(compose_cfg, tmp_path):
+    """trainer.val_check_interval=1 validates after every batch, which Lightning takes for 1.0:
+    EarlyStopping then checked at epoch ends only, and patience=1 let the run train a second
+    epoch after the validation (step 2) that did not improve."""
+    (tmp_path / "data").mkdir()
+    cfg = compose_cfg(
+        *TINY, "logger=csv", "trainer.max_epochs=4", "trainer.val_check_interval=1",
+        "callbacks=early_stopping", "callbacks.early_stopping.patience=1",
+        "callbacks.early_stopping.min_delta=1.0",
+    )  # fmt: skip
+    train_in_process(cfg, tmp_path / "run")
+    record = read(tmp_path / "run" / "metrics.json")
+    assert [row["step"] for row in record["validations"]] == [1, 2]
+    assert (record["stopped_early"]["epoch"], record["stopped_early"]["step"]) == (0, 2)
+
+
 def test_simple_attention_drops_the_default_scorer(compose_cfg):
     cfg = compose_cfg("model.attention=simple")
     choices = dict(cfg.hydra.runtime.choices)

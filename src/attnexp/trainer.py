@@ -9,7 +9,7 @@ import torch
 from hydra.errors import InstantiationException
 from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
-from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from attnexp.build import instantiate_checked
@@ -67,6 +67,13 @@ def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Tra
         raise refused_settings(err.__cause__, settings, "train") from err.__cause__
 
 
+# The setting with which a callback acts at training epoch ends instead of at validations.
+EPOCH_END_SETTINGS = (
+    (ModelCheckpoint, "save_on_train_epoch_end"),
+    (EarlyStopping, "check_on_train_epoch_end"),
+)
+
+
 def make_callback(
     name: str, callback_cfg: DictConfig, validates_every_batch: bool = False
 ) -> pl.Callback:
@@ -74,16 +81,17 @@ def make_callback(
     said as a ConfigError that names callbacks.<name>.<key>.
 
     Lightning takes trainer.val_check_interval=1 (validate after every batch) for 1.0 (once per
-    epoch), and its checkpoint callbacks then save at epoch ends only, never at the validations
-    between: a ModelCheckpoint that leaves `save_on_train_epoch_end` unset saves at validations.
+    epoch), and its checkpoint and early-stopping callbacks then act at epoch ends only, never at
+    the validations between (EarlyStopping's patience counted epochs): one that leaves its
+    epoch-end setting unset acts at validations.
     """
-    extra = (
-        {"save_on_train_epoch_end": False}
+    extra = {
+        key: False
+        for base, key in EPOCH_END_SETTINGS
         if validates_every_batch
-        and is_subclass_target(callback_cfg, ModelCheckpoint)
-        and callback_cfg.get("save_on_train_epoch_end") is None
-        else {}
-    )
+        and is_subclass_target(callback_cfg, base)
+        and callback_cfg.get(key) is None
+    }
     try:
         return instantiate_checked(callback_cfg, **extra)
     except InstantiationException as err:
