@@ -1516,6 +1516,12 @@ def test_last_ckpt_is_the_latest_state_not_the_best(tmp_path):
         (["trainer.val_check_interval=0"], r"trainer.val_check_interval=0 never validates"),
         (["trainer.val_check_interval=0.0"], r"val_check_interval=0.0 never validates"),
         (["trainer.check_val_every_n_epoch=0"], r"check_val_every_n_epoch=0 must be a whole"),
+        # Lightning's error on the monitor, said as model_checkpoint's with val/acc as the fix
+        (
+            ["callbacks=early_stopping", "trainer.limit_val_batches=0"],
+            r"^callbacks.early_stopping stops training on val/acc at validations, and "
+            r"trainer.limit_val_batches=0 runs none",
+        ),
         (["trainer=cpu", "trainer.precision=16-mixed"], r"16-mixed: float16 autocast runs on GPUs"),
         pytest.param(  # trainer=default's accelerator=auto, on a machine without CUDA
             ["trainer.precision=16-mixed"],

@@ -207,6 +207,23 @@ def check_settings(cfg: DictConfig) -> None:
             f"trainer.sync_batchnorm=false)"
         )
     check_val_interval(cfg.trainer)
+    check_early_stopping(cfg)
+
+
+def check_early_stopping(cfg: DictConfig) -> None:
+    """An EarlyStopping callback with no validation: Lightning stopped at the first epoch's end
+    with an error on its monitor, said as `callbacks.model_checkpoint.monitor=val/acc is not a
+    metric the run logs` (the first callback monitoring val/acc), with val/acc as the fix."""
+    limit = cfg.trainer.get("limit_val_batches")
+    if limit not in (0, 0.0) or type(limit) is bool:
+        return
+    for name, callback in (cfg.get("callbacks") or {}).items():
+        if callback is not None and is_subclass_target(callback, EarlyStopping):
+            raise ConfigError(
+                f"callbacks.{name} stops training on {callback.get('monitor')} at validations, "
+                f"and trainer.limit_val_batches={limit} runs none (set trainer.limit_val_batches "
+                f"to a number of batches > 0, or drop callbacks.{name}: callbacks=default)"
+            )
 
 
 def runs_on_cpu(accelerator: str) -> bool:
