@@ -936,6 +936,16 @@ def test_resume_auto_says_when_the_run_it_found_has_completed(tmp_path, caplog):
         caplog.clear()
         assert resolve_run_dir("auto", str(tmp_path), []) == str(run_dir)
         assert ("has completed: it trains on only as far as" in caplog.text) is said, status
+    # stopped by callbacks=early_stopping: below its limits, it trains on without a raised one
+    stopped = {"epoch": 1, "step": 4, "reason": "Monitored metric val/acc did not improve"}
+    (run_dir / "metrics.json").write_text(
+        json.dumps({"status": "completed", "stopped_early": stopped})
+    )
+    for resume in ("auto", str(run_dir)):
+        caplog.clear()
+        assert resolve_run_dir(resume, str(tmp_path), []) == str(run_dir)
+        assert "has completed: it stopped early (epoch 1), so it trains on until its" in caplog.text
+        assert "only as far as a raised" not in caplog.text
 
 
 @pytest.mark.parametrize("given", ["paths.output_dir=/x", "+paths.output_dir=/x"])

@@ -108,23 +108,43 @@ def resolve_run_dir(resume: str | None, runs_root: str, overrides: list[str]) ->
                 "resume=auto: no earlier run with these overrides in %s; starting a new run", root
             )
             return str(root / new_run_name())
-        if existing_record(found).get("status") == "completed":
+        record = existing_record(found)
+        if record.get("status") == "completed":
             log.warning(
-                "resume=auto: the newest run with these overrides, %s, has completed: it trains on "
-                "only as far as a raised trainer.max_epochs / max_steps allows, then is tested "
-                "again (drop resume=auto for a new run)",
+                "resume=auto: the newest run with these overrides, %s, has completed: %s (drop "
+                "resume=auto for a new run)",
                 found,
+                resumed_training(record),
             )
         return str(found)
     run_dir = Path(resume).expanduser().resolve()
-    if existing_record(run_dir).get("status") == "completed":
+    record = existing_record(run_dir)
+    if record.get("status") == "completed":
         log.warning(
-            "resume=%s: the run has completed: it trains on only as far as a raised "
-            "trainer.max_epochs / max_steps allows, then is tested again (its record so far is "
-            "kept as metrics.attempt<k>.json)",
+            "resume=%s: the run has completed: %s (its record so far is kept as "
+            "metrics.attempt<k>.json)",
             resume,
+            resumed_training(record),
         )
     return str(run_dir)
+
+
+def resumed_training(record: dict) -> str:
+    """What a completed run trains when resumed. One its early-stopping callback ended is not at
+    its limits: the callback's state (its count of validations without improvement) comes back
+    with it, so it trains on to the next validation that does not improve (further while they
+    do)."""
+    stopped = record.get("stopped_early")
+    if isinstance(stopped, dict):
+        return (
+            f"it stopped early (epoch {stopped.get('epoch')}), so it trains on until its "
+            f"early stopping stops it again (the first validation that does not improve on its "
+            f"best does), within trainer.max_epochs / max_steps, then is tested again"
+        )
+    return (
+        "it trains on only as far as a raised trainer.max_epochs / max_steps allows, then is "
+        "tested again"
+    )
 
 
 def existing_record(run_dir: Path) -> dict:
