@@ -67,7 +67,7 @@ from attnexp.train import (
     validation_at,
     with_val_of,
 )
-from attnexp.trainer import check_settings, device_name, purge_setting
+from attnexp.trainer import check_settings, device_name, monitor_refusal, purge_setting
 
 
 def read(path: Path) -> dict:
@@ -1386,6 +1386,34 @@ def test_a_monitor_that_names_no_metric_is_said(compose_cfg, tmp_path, callback,
     )
     assert re.search(r"it logs .*\bval/acc,", message)
     assert message.endswith(f"set callbacks.{callback}.monitor=val/acc, for instance)")
+
+
+def test_a_monitor_refusal_names_the_callback_of_the_kind_that_raised():
+    """Both callbacks monitor val/x; EarlyStopping raised (its check may come first, e.g. when
+    the checkpoint saves every other epoch): its setting is named, not the first one's."""
+    callbacks = OmegaConf.create(
+        {
+            "model_checkpoint": {
+                "_target_": "pytorch_lightning.callbacks.ModelCheckpoint",
+                "monitor": "val/x",
+            },
+            "early_stopping": {
+                "_target_": "pytorch_lightning.callbacks.EarlyStopping",
+                "monitor": "val/x",
+            },
+            "figures": None,
+        }
+    )
+    err = RuntimeError(
+        "Early stopping conditioned on metric `val/x` which is not available. Pass in or modify "
+        "your `EarlyStopping` callback to use any of the following: `val/acc`, `val/loss`"
+    )
+    refusal = monitor_refusal(err, callbacks)
+    assert str(refusal) == (
+        "callbacks.early_stopping.monitor=val/x is not a metric the run logs at validation (it "
+        "logs val/acc, val/loss; set callbacks.early_stopping.monitor=val/acc, for instance)"
+    )
+    assert monitor_refusal(RuntimeError("CUDA out of memory"), callbacks) is None
 
 
 def test_early_stopping_ends_the_run_and_the_record_says_why(compose_cfg, tmp_path):

@@ -116,21 +116,31 @@ def refused_settings(
 # A callback's `monitor` that names no logged metric, as Lightning says it after the first
 # validation: ModelCheckpoint (a MisconfigurationException), EarlyStopping (a RuntimeError).
 UNLOGGED_MONITOR = (
-    re.compile(r"monitor='([^']*)'\)` could not find .* metrics: (\[[^]]*\])"),
-    re.compile(r"conditioned on metric `([^`]*)` which is not available\..* following: (.*)$"),
+    (ModelCheckpoint, re.compile(r"monitor='([^']*)'\)` could not find .* metrics: (\[[^]]*\])")),
+    (
+        EarlyStopping,
+        re.compile(r"conditioned on metric `([^`]*)` which is not available\..* following: (.*)$"),
+    ),
 )
 
 
 def monitor_refusal(err: Exception, callbacks_cfg: DictConfig) -> ConfigError | None:
     """A checkpoint or early-stopping callback's `monitor` that names no logged metric (Lightning
     finds out at the first validation) as a ConfigError naming the setting and the metrics there
-    are; None for any other error."""
-    found = next((m for p in UNLOGGED_MONITOR if (m := p.search(str(err)))), None)
+    are; None for any other error. The setting named is that of a callback of the kind that
+    raised, as two kinds may monitor the same name."""
+    found = next(
+        ((kind, m) for kind, pattern in UNLOGGED_MONITOR if (m := pattern.search(str(err)))), None
+    )
     if found is None:
         return None
-    monitor, logged = found.groups()
+    kind, (monitor, logged) = found[0], found[1].groups()
     logged = ", ".join(re.findall(r"['`]([^'`]+)['`]", logged))  # a list's repr, or `a`, `b`
-    names = [n for n, c in callbacks_cfg.items() if c is not None and c.get("monitor") == monitor]
+    names = [
+        name
+        for name, node in callbacks_cfg.items()
+        if node is not None and node.get("monitor") == monitor and is_subclass_target(node, kind)
+    ]
     key = f"callbacks.{names[0]}.monitor" if names else "monitor"
     return ConfigError(
         f"{key}={monitor} is not a metric the run logs at validation (it logs {logged}; set "
