@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: help setup quickstart test test-all lint format sweep report tensorboard bench clean
+.PHONY: help setup quickstart test test-all test-min lint format sweep report tensorboard bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -33,6 +33,13 @@ test: setup  ## the test suite (excludes slow tests)
 
 test-all: setup  ## every test, slow ones too
 	$(BIN)/python -m pytest -q -m ""
+
+test-min:  ## the test suite on the lowest versions pyproject allows (.ci/min-versions.txt), in .venv-min
+	test -d .venv-min || $(PYTHON) -m venv .venv-min
+	.venv-min/bin/python -m pip install -q --upgrade pip
+	.venv-min/bin/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
+	.venv-min/bin/python -m pip install -q -c .ci/min-versions.txt -e '.[dev]'
+	.venv-min/bin/python -m pytest -q
 
 lint: setup  ## ruff lint and format check
 	$(BIN)/ruff check src tests bench docs

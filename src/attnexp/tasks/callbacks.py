@@ -189,9 +189,9 @@ class EpochHistory(pl.Callback):
 
     def _record_early_stop(self, trainer: pl.Trainer) -> None:
         """A run an EarlyStopping callback ended (callbacks=early_stopping) says so in its record:
-        the epoch and step, and Lightning's reason (a reason needs Lightning >= 2.6)."""
+        the epoch and step, and Lightning's reason."""
         for callback in trainer.early_stopping_callbacks:
-            reason = getattr(callback, "stopping_reason_message", None)
+            reason = callback.stopping_reason_message  # set when it stops the run
             if trainer.should_stop and reason:
                 stop = {"epoch": callback.stopped_epoch, "step": trainer.global_step}
                 self.record.update(stopped_early={**stop, "reason": reason})
