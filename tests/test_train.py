@@ -77,6 +77,13 @@ def read(path: Path) -> dict:
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 
 
+def tiny_run(compose_cfg, tmp_path: Path, *overrides: str) -> dict:
+    """A tiny bag run in this process (TINY, CSV logs, `overrides`) in tmp_path/run: its record."""
+    (tmp_path / "data").mkdir(exist_ok=True)
+    train_in_process(compose_cfg(*TINY, "logger=csv", *overrides), tmp_path / "run")
+    return read(tmp_path / "run" / "metrics.json")
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     """One tiny `python -m attnexp` run (subprocess), shared by the CLI, evaluate and resume tests."""
@@ -139,13 +146,14 @@ def test_val_metrics_are_the_tested_checkpoints_not_the_last_validations(compose
     validation's are val/*_last. The highest val/loss as the best makes the best checkpoint one
     that is not the last, so the two differ (with one validation, or a last one that is the best,
     they cannot); <monitor>_best is the best checkpoint's score, not the last validation's."""
-    (tmp_path / "data").mkdir()
-    cfg = compose_cfg(
-        *TINY, "trainer.max_epochs=3", "trainer.accelerator=cpu", "logger=csv",
-        "callbacks.model_checkpoint.monitor=val/loss", "callbacks.model_checkpoint.mode=max",
-    )  # fmt: skip
-    train_in_process(cfg, tmp_path / "run")
-    record = read(tmp_path / "run" / "metrics.json")
+    record = tiny_run(
+        compose_cfg,
+        tmp_path,
+        "trainer.max_epochs=3",
+        "trainer.accelerator=cpu",
+        "callbacks.model_checkpoint.monitor=val/loss",
+        "callbacks.model_checkpoint.mode=max",
+    )
     rows = {row["step"]: row for row in record["validations"]}
     best_step = checkpoint_step(tmp_path / "run" / record["best_ckpt"])
     last_step = max(rows)
@@ -1160,10 +1168,7 @@ def test_resume_auto_without_an_earlier_run_starts_one(tmp_path):
 
 
 def test_seed_null_draws_and_records_a_seed(compose_cfg, tmp_path):
-    (tmp_path / "data").mkdir()
-    cfg = compose_cfg(*TINY, "trainer.accelerator=cpu", "logger=csv", "seed=null")
-    train_in_process(cfg, tmp_path / "run")
-    record = read(tmp_path / "run" / "metrics.json")
+    record = tiny_run(compose_cfg, tmp_path, "trainer.accelerator=cpu", "seed=null")
     assert record["status"] == "completed" and isinstance(record["seed"], int)
     assert f"seed={record['seed']}" in " ".join(record["warnings"])
     # The saved config still says null; the run's data came from the drawn seed, and so must a
@@ -1184,12 +1189,13 @@ def test_seed_null_draws_and_records_a_seed(compose_cfg, tmp_path):
 def test_test_sets_a_model_cannot_read_are_recorded_as_dropped(compose_cfg, tmp_path):
     """bag_mlp reads bags of at most its training size: the larger test bags are skipped, and
     the run's record says so (not only the log)."""
-    (tmp_path / "data").mkdir()
-    cfg = compose_cfg(
-        *TINY, "model=bag_mlp", "data.eval_bag_sizes=[1,4]", "trainer.accelerator=cpu", "logger=csv"
+    record = tiny_run(
+        compose_cfg,
+        tmp_path,
+        "model=bag_mlp",
+        "data.eval_bag_sizes=[1,4]",
+        "trainer.accelerator=cpu",
     )
-    train_in_process(cfg, tmp_path / "run")
-    record = read(tmp_path / "run" / "metrics.json")
     assert (
         "data: BagMLP takes at most 3 items: skipping test bags of sizes [4]" in record["warnings"]
     )
@@ -1335,10 +1341,8 @@ def test_trainer_settings_lightning_refuses_are_said_before_loading(
         raise AssertionError("the data were loaded before the trainer settings were checked")
 
     monkeypatch.setattr(attnexp.train, "build", build)
-    (tmp_path / "data").mkdir()
-    cfg = compose_cfg(*TINY, "trainer.accelerator=cpu", "logger=csv", override)
     with pytest.raises(ConfigError, match=match):
-        train_in_process(cfg, tmp_path / "run")
+        tiny_run(compose_cfg, tmp_path, "trainer.accelerator=cpu", override)
 
 
 @pytest.mark.parametrize(
@@ -1362,10 +1366,8 @@ def test_callback_settings_lightning_refuses_name_the_callback(
     compose_cfg, tmp_path, override, match
 ):
     """Were Hydra's 'Error in call to target ...ModelCheckpoint' with no key to set."""
-    (tmp_path / "data").mkdir()
-    cfg = compose_cfg(*TINY, "logger=csv", override)
     with pytest.raises(ConfigError, match=match):
-        train_in_process(cfg, tmp_path / "run")
+        tiny_run(compose_cfg, tmp_path, override)
 
 
 @pytest.mark.parametrize(
@@ -1375,10 +1377,8 @@ def test_callback_settings_lightning_refuses_name_the_callback(
 def test_a_monitor_that_names_no_metric_is_said(compose_cfg, tmp_path, callback, overrides):
     """Lightning says it after the first validation, with no key named: ModelCheckpoint as a
     MisconfigurationException, EarlyStopping as a RuntimeError."""
-    (tmp_path / "data").mkdir()
-    cfg = compose_cfg(*TINY, "logger=csv", *overrides, f"callbacks.{callback}.monitor=val/accc")
     with pytest.raises(ConfigError) as err:
-        train_in_process(cfg, tmp_path / "run")
+        tiny_run(compose_cfg, tmp_path, *overrides, f"callbacks.{callback}.monitor=val/accc")
     message = str(err.value)
     assert message.startswith(
         f"callbacks.{callback}.monitor=val/accc is not a metric the run logs at validation "
@@ -1420,13 +1420,14 @@ def test_early_stopping_ends_the_run_and_the_record_says_why(compose_cfg, tmp_pa
     """callbacks=early_stopping: val/acc cannot rise by min_delta=1, so the second epoch's
     validation is one without improvement, and patience=1 ends the run there (of 4 epochs).
     The best checkpoint (epoch 0's) is still tested."""
-    (tmp_path / "data").mkdir()
-    cfg = compose_cfg(
-        *TINY, "logger=csv", "trainer.max_epochs=4", "callbacks=early_stopping",
-        "callbacks.early_stopping.patience=1", "callbacks.early_stopping.min_delta=1.0",
-    )  # fmt: skip
-    train_in_process(cfg, tmp_path / "run")
-    record = read(tmp_path / "run" / "metrics.json")
+    record = tiny_run(
+        compose_cfg,
+        tmp_path,
+        "trainer.max_epochs=4",
+        "callbacks=early_stopping",
+        "callbacks.early_stopping.patience=1",
+        "callbacks.early_stopping.min_delta=1.0",
+    )
     assert record["status"] == "completed" and "test/acc" in record["metrics"]
     assert [row["epoch"] for row in record["history"]] == [0, 1]
     stopped = record["stopped_early"]
@@ -1439,14 +1440,15 @@ def test_early_stopping_after_every_batch_counts_validations(compose_cfg, tmp_pa
     """trainer.val_check_interval=1 validates after every batch, which Lightning takes for 1.0:
     EarlyStopping then checked at epoch ends only, and patience=1 let the run train a second
     epoch after the validation (step 2) that did not improve."""
-    (tmp_path / "data").mkdir()
-    cfg = compose_cfg(
-        *TINY, "logger=csv", "trainer.max_epochs=4", "trainer.val_check_interval=1",
-        "callbacks=early_stopping", "callbacks.early_stopping.patience=1",
+    record = tiny_run(
+        compose_cfg,
+        tmp_path,
+        "trainer.max_epochs=4",
+        "trainer.val_check_interval=1",
+        "callbacks=early_stopping",
+        "callbacks.early_stopping.patience=1",
         "callbacks.early_stopping.min_delta=1.0",
-    )  # fmt: skip
-    train_in_process(cfg, tmp_path / "run")
-    record = read(tmp_path / "run" / "metrics.json")
+    )
     assert [row["step"] for row in record["validations"]] == [1, 2]
     assert (record["stopped_early"]["epoch"], record["stopped_early"]["step"]) == (0, 2)
 
