@@ -133,6 +133,26 @@ def test_report_rows_statuses_and_metrics(sweep):
     assert [r["epochs"] for r in rows] == ["2"] * 4 + ["0", "2"]
 
 
+def test_a_run_that_stopped_early_says_at_which_epoch(tmp_path):
+    """callbacks=early_stopping: the CSV's stopped_early is the epoch (blank where a run trained
+    its max_epochs, or its record says it in a form not written by attnexp), the note says it."""
+    stopped = {"epoch": 2, "step": 30, "reason": "Monitored metric val/acc did not improve"}
+    write_run(tmp_path, "a", history=curve(0.8, 0.9, 0.88), stopped_early=stopped)
+    write_run(tmp_path, "b", seed=1, history=curve(0.8, 0.9, 0.91, 0.92))
+    write_run(tmp_path, "c", seed=2, history=curve(0.8), stopped_early={"epoch": "2"})
+    written = report.write_report(tmp_path)
+    rows = {r["run"]: r for r in csv.DictReader(written["csv"].open())}
+    assert {name: row["stopped_early"] for name, row in rows.items()} == {
+        "a": "2",
+        "b": "",
+        "c": "",
+    }
+    assert [row["epochs"] for row in rows.values()] == ["3", "4", "1"]
+    text = written["markdown"].read_text()
+    assert "stopped early at epoch 2" in next(line for line in text.splitlines() if "| a |" in line)
+    assert text.count("stopped early") == 1
+
+
 def test_markdown_mean_std_over_seeds_and_failed_marked(sweep):
     text = report.write_report(sweep)["markdown"].read_text()
     dot = [0.90, 0.92]

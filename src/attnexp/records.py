@@ -55,6 +55,7 @@ class Run:
     repeat_of: str = ""  # a repeated (variant, seed): the run counted instead of this one
     machine: str = NOT_RECORDED  # what computed it: `machine_label` of its record
     commit: str = ""  # the source commit it ran at, where recorded
+    stopped_early: int | None = None  # the epoch at which callbacks=early_stopping ended it
 
     @property
     def variant_label(self) -> str:
@@ -64,6 +65,8 @@ class Run:
     def note(self) -> str:
         if self.repeat_of:
             return f"seed {self.seed} repeated: not counted ({self.repeat_of} is)"
+        if self.stopped_early is not None and not self.error:
+            return f"stopped early at epoch {self.stopped_early}"
         return " ".join(self.error.split())[:200]
 
 
@@ -215,7 +218,13 @@ def load_run(path: Path, root: Path) -> Run:
         evaluated=str(record.get("run_dir") or ""),
         machine=machine_label(record.get("machine")),
         commit=str((record.get("machine") or {}).get("commit") or ""),
+        stopped_early=_stopped_epoch(record.get("stopped_early")),
     )
+
+
+def _stopped_epoch(stopped: object) -> int | None:
+    epoch = stopped.get("epoch") if isinstance(stopped, dict) else None
+    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
 
 
 def find_runs(root: Path) -> list[Run]:

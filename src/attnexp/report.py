@@ -49,8 +49,8 @@ def run_rows(runs: list[Run]) -> tuple[list[str], list[dict]]:
     varied = varied_keys(runs)
     metrics = metric_columns(runs, main_only=False)
     data = [] if DATA_KEY in varied else [DATA_KEY]  # always a column: sample or full data
-    header = ["run", "status", "seed", *varied, *data, "epochs", "duration_s", *metrics]
-    header += ["error", "repeat_of", "machine", "commit"]
+    header = ["run", "status", "seed", *varied, *data, "epochs", "stopped_early", "duration_s"]
+    header += [*metrics, "error", "repeat_of", "machine", "commit"]
     rows = []
     for run in runs:
         row = {
@@ -60,6 +60,7 @@ def run_rows(runs: list[Run]) -> tuple[list[str], list[dict]]:
             **run.variant,
             DATA_KEY: run.settings.get(DATA_KEY),
             "epochs": len(run.history),
+            "stopped_early": run.stopped_early,  # the epoch, blank for a run not stopped early
             "duration_s": run.duration_s,
             "error": run.error,
             "repeat_of": run.repeat_of,
