@@ -104,6 +104,10 @@ def test_predict_one_text_writes_png_and_html(run_dir, capsys, tmp_path):
         json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()
     ]
     assert abs(sum(row["probabilities"]) - 1) < 1e-3
+    # the HTML's weights as numbers: per head, what each token receives from the real queries
+    assert row["tokens"][1:3] == ["great", "[UNK]"] and "head1" in row["attention"]
+    for weights in row["attention"].values():
+        assert len(weights) == len(row["tokens"]) and sum(weights) == pytest.approx(1, abs=1e-4)
 
 
 @pytest.fixture(scope="module", params=["lstm_attn", "lstm_mean"])
@@ -132,7 +136,11 @@ def test_predict_with_attention_pooling_or_none(pooled_run_dir, capsys, tmp_path
     ]
     if model == "lstm_mean":  # nothing to draw: no figure files, no error
         assert row["files"] == [] and not list(tmp_path.glob("example*"))
+        assert "attention" not in row and "tokens" not in row
         return
+    assert list(row["attention"]) == ["pooling"] and "film" in row["tokens"]
+    assert len(row["attention"]["pooling"]) == len(row["tokens"])
+    assert sum(row["attention"]["pooling"]) == pytest.approx(1, abs=1e-4)
     assert sorted(row["files"]) == [str(tmp_path / f"example0000.{ext}") for ext in ("html", "png")]
     html = (tmp_path / "example0000.html").read_text()
     assert "pooling" in html and "head0" not in html  # one view: the pooling weights
@@ -290,6 +298,8 @@ def test_text_then_texts_file_without_figures(run_dir, capsys, tmp_path):
     assert [r["input"]["text"] for r in rows] == ["a great film", "an awful film"]
     assert [r["files"] for r in rows] == [[], []]
     assert [p.name for p in out.iterdir()] == ["predictions.jsonl"]
+    assert [r["tokens"] for r in rows] == [["a", "great", "film"], ["[UNK]", "awful", "film"]]
+    assert all(len(w) == 3 for r in rows for w in r["attention"].values())  # drawn or not
 
 
 def test_texts_file_lines_bom_and_crlf(run_dir, capsys, tmp_path):
@@ -344,6 +354,11 @@ def test_pair_file_blank_lines_figures_and_html(pair_run_dir, capsys, tmp_path, 
     ]
     assert [bool(r["problem"]) for r in rows] == [False, True, True, False]
     assert "text_a and text_b are empty" in rows[1]["problem"]
+    assert ["attention" in r for r in rows] == [True, False, False, True]  # past max_figures too
+    tokens = rows[3]["tokens"]
+    assert tokens[0] == "[CLS]" and tokens.count("[SEP]") == 2 and "苹" in tokens
+    assert "layer 1 head 1" in rows[3]["attention"]
+    assert all(len(w) == len(tokens) for w in rows[3]["attention"].values())
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "example0000.html",
         "example0000.png",

@@ -1,15 +1,17 @@
 """`python -m attnexp.predict ckpt_path=<ckpt or run dir> text="..."`: classify raw inputs, show attention.
 
 Works for any run whose DataModule implements the raw-input methods of `AttnDataModule`
-(`raw_fields`, `check_raw`, `raw_notes`, `encode_raw`, `prediction_label`, `prediction_figures`).
+(`raw_fields`, `check_raw`, `raw_notes`, `encode_raw`, `prediction_label`, `prediction_attention`,
+`prediction_figures`).
 The run's `.hydra/config.yaml` and saved artifacts (e.g. its tokenizer) rebuild the DataModule and
 the model without touching the dataset; the checkpoint's weights are loaded strictly.
 
 Inputs: the DataModule's raw fields as `key=value` arguments (`text=...`, or `text_a=... text_b=...`),
 taken verbatim (no Hydra quoting needed), or `texts_file=` with one example per line (fields
 tab-separated; a blank line gets a "no prediction" row). Output: one line per example (label,
-probability, notes), `predictions.jsonl`, and per-example attention figures (PNG + self-contained
-HTML) in `out_dir`: a new folder, never one holding an earlier prediction or inside a training run.
+probability, notes), `predictions.jsonl` (with each example's tokens and attention weights, for a
+model with attention), and per-example attention figures (PNG + self-contained HTML) in `out_dir`:
+a new folder, never one holding an earlier prediction or inside a training run.
 The exit status is 2 when no input could be classified.
 """
 
@@ -232,6 +234,7 @@ def predict(cfg: DictConfig, raw: dict[str, str]) -> list[dict]:
             for i in chunk
         ]
         files = datamodule.prediction_figures(batch, probs, attention, stems) if any(stems) else []
+        weights = datamodule.prediction_attention(batch, attention)
         for row, i in enumerate(chunk):
             label = int(probs[row].argmax())
             results[i].update(
@@ -242,12 +245,22 @@ def predict(cfg: DictConfig, raw: dict[str, str]) -> list[dict]:
                 files=[
                     str(f) for f in files if stems[row] is not None and f.stem == stems[row].name
                 ],
+                **(attention_fields(*weights[row]) if weights else {}),
             )
     with open(out_dir / PREDICTIONS_FILE, "w", encoding="utf-8") as f:
         for r in results:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
     log.info("checkpoint %s (run %s); outputs in %s", ckpt, run_dir, out_dir)
     return results
+
+
+def attention_fields(tokens: list[str], per_view: dict[str, torch.Tensor]) -> dict:
+    """An example's tokens and the attention each receives per view, for predictions.jsonl: what
+    its HTML page shades, as numbers (every example, also those past max_figures)."""
+    return {
+        "tokens": tokens,
+        "attention": {view: [round(float(w), 6) for w in ws] for view, ws in per_view.items()},
+    }
 
 
 def format_result(result: dict) -> str:

@@ -130,6 +130,13 @@ class AttnDataModule(pl.LightningDataModule):
         """Readable name of a class."""
         return str(class_index)
 
+    def prediction_attention(
+        self, batch: dict[str, torch.Tensor], attention: Any
+    ) -> list[tuple[list[str], dict[str, torch.Tensor]]]:
+        """Per example of `batch`: its tokens, and the attention each token receives per view
+        ({"pooling": (T,)}, or one per head: what the HTML page shades); [] without attention."""
+        return []
+
     def prediction_figures(
         self,
         batch: dict[str, torch.Tensor],

@@ -451,30 +451,44 @@ class LCQMCDataModule(AttnDataModule):
     def prediction_label(self, class_index: int) -> str:
         return LABEL_NAMES[class_index]
 
+    def prediction_attention(
+        self, batch: dict, attention
+    ) -> list[tuple[list[str], dict[str, torch.Tensor]]]:
+        """Per pair: its tokens ([CLS] a [SEP] b [SEP]) and the attention each receives, per layer
+        and head (named as in the PNG's panels)."""
+        from attnexp.viz.text import token_weights
+
+        if attention is None:
+            return []
+        received = {
+            f"layer {layer + 1} head {head + 1}": weights
+            for layer, maps in enumerate(attention)
+            for head, weights in enumerate(token_weights(maps, batch["mask"]).values())
+        }
+        examples = []
+        for b, ids in enumerate(batch["input_ids"]):
+            length = int(batch["mask"][b].sum())
+            tokens = self.ensure_tokenizer().ids_to_tokens(ids[:length].tolist())
+            examples.append((tokens, {view: w[b, :length] for view, w in received.items()}))
+        return examples
+
     def prediction_figures(
         self, batch: dict, probs: torch.Tensor, attention, out_stems: list[Path | None]
     ) -> list[Path]:
         """Per pair: a PNG of layers x heads heatmaps over its tokens, and an HTML page of the
         attention each token receives (per layer and head)."""
         from attnexp.viz.pairs import plot_pair_attention
-        from attnexp.viz.text import save_prediction, token_weights
+        from attnexp.viz.text import save_prediction
 
         if attention is None:
             return []
-        received = {  # named as in the PNG's panels
-            f"layer {layer + 1} head {head + 1}": weights
-            for layer, maps in enumerate(attention)
-            for head, weights in enumerate(token_weights(maps, batch["mask"]).values())
-        }
         written = []
-        for b, stem in enumerate(out_stems):
+        examples = self.prediction_attention(batch, attention)
+        for b, ((tokens, per_view), stem) in enumerate(zip(examples, out_stems, strict=True)):
             if stem is None:
                 continue
-            length = int(batch["mask"][b].sum())
-            tokens = self.ensure_tokenizer().ids_to_tokens(batch["input_ids"][b, :length].tolist())
-            maps = [layer[b, :, :length, :length] for layer in attention]
+            maps = [layer[b, :, : len(tokens), : len(tokens)] for layer in attention]
             title = f"p(similar)={float(probs[b, 1]):.2f}"
-            per_view = {view: w[b, :length] for view, w in received.items()}
             figure = plot_pair_attention(tokens, maps, title)
             written += save_prediction(figure, tokens, per_view, title, stem, dpi=100)
         return written

@@ -492,6 +492,17 @@ class TextClassificationDataModule(AttnDataModule):
             for tag, w in weights.items()
         }
 
+    def prediction_attention(
+        self, batch: dict, attention
+    ) -> list[tuple[list[str], dict[str, torch.Tensor]]]:
+        if attention is None:
+            return []
+        rows, weights = self._token_rows(batch, attention)
+        return [
+            (tokens, {view: w[i, : len(tokens)] for view, w in weights.items()})
+            for i, tokens in enumerate(rows)
+        ]
+
     def prediction_figures(
         self, batch: dict, probs: torch.Tensor, attention, out_stems: list[Path]
     ) -> list[Path]:
@@ -500,13 +511,12 @@ class TextClassificationDataModule(AttnDataModule):
 
         if attention is None:
             return []
-        rows, weights = self._token_rows(batch, attention)
         written = []
-        for i, (tokens, stem) in enumerate(zip(rows, out_stems, strict=True)):
+        examples = self.prediction_attention(batch, attention)
+        for i, ((tokens, per_view), stem) in enumerate(zip(examples, out_stems, strict=True)):
             if stem is None:
                 continue
             title = f"{self.labels[int(probs[i].argmax())]} ({float(probs[i].max()):.3f})"
-            per_view = {view: w[i, : len(tokens)] for view, w in weights.items()}
             figure = example_heatmap(tokens, per_view, title)
             written += save_prediction(figure, tokens, per_view, title, stem)
         return written
