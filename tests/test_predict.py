@@ -104,7 +104,7 @@ def test_predict_one_text_writes_png_and_html(run_dir, capsys, tmp_path):
         json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()
     ]
     assert abs(sum(row["probabilities"]) - 1) < 1e-3
-    # the HTML's weights as numbers: per head, what each token receives from the real queries
+    # per head, the weight each token receives from the real queries: a distribution over them
     assert row["tokens"][1:3] == ["great", "[UNK]"] and "head1" in row["attention"]
     for weights in row["attention"].values():
         assert len(weights) == len(row["tokens"]) and sum(weights) == pytest.approx(1, abs=1e-4)
@@ -196,6 +196,8 @@ def test_clear_errors_without_traceback(run_dir, capsys, tmp_path):
         ),
         (["RUN", "text=hi", "batch_size=0"], "batch_size=0 must be a positive integer"),
         (["RUN", "text=hi", "max_figures=-1"], "max_figures=-1 must be a positive integer"),
+        (["RUN", "text=hi", "figures=maybe"], r"figures='maybe' must be true or false \(set"),
+        (["RUN", "text=hi", "attention=no"], r"attention='no' must be true or false"),
         (["RUN", "text=hi", "device=cude"], "device=cude is not a torch device"),
         (["RUN", "text=hi", "device=meta"], r"device=meta: predict runs on cpu or cuda \(set"),
         (["RUN", "text=hi", "device=mps"], r"device=mps: predict runs on cpu or cuda"),
@@ -300,6 +302,13 @@ def test_text_then_texts_file_without_figures(run_dir, capsys, tmp_path):
     assert [p.name for p in out.iterdir()] == ["predictions.jsonl"]
     assert [r["tokens"] for r in rows] == [["a", "great", "film"], ["[UNK]", "awful", "film"]]
     assert all(len(w) == 3 for r in rows for w in r["attention"].values())  # drawn or not
+    # attention=false: the same predictions, without the tokens and weights
+    args = ["text=a great film", f"texts_file={texts}", f"out_dir={tmp_path / 'lean'}"]
+    assert predict(capsys, f"ckpt_path={run_dir}", *args, "attention=false")[0] == 0
+    lean = [json.loads(line) for line in (tmp_path / "lean" / "predictions.jsonl").open()]
+    assert [r["probabilities"] for r in lean] == [r["probabilities"] for r in rows]
+    assert not any("tokens" in r or "attention" in r for r in lean)
+    assert (tmp_path / "lean" / "example0000.html").is_file()  # figures are still drawn
 
 
 def test_texts_file_lines_bom_and_crlf(run_dir, capsys, tmp_path):

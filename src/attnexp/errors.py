@@ -43,6 +43,12 @@ def require_probability(key: str, value: float) -> None:
         )
 
 
+def require_bool(key: str, value: object) -> None:
+    """Switches: a string such as `figures=no` is truthy, so it would switch the thing on."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}={value!r} must be true or false (set {key}=true or {key}=false)")
+
+
 def require_seed(key: str, seed: object) -> None:
     """A seed torch and numpy both take (null: none given, where the key allows it)."""
     if seed is not None and (type(seed) is not int or not 0 <= seed < 2**32):

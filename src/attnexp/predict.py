@@ -37,7 +37,7 @@ from attnexp.checkpoints import (
 from attnexp.config import register_resolvers
 from attnexp.data.base import AttnDataModule
 from attnexp.data.text import read_lines
-from attnexp.errors import ConfigError, require_positive
+from attnexp.errors import ConfigError, require_bool, require_positive
 from attnexp.files import not_a_folder
 from attnexp.runs import new_run_name, run_holding
 
@@ -68,6 +68,8 @@ def check_settings(cfg: DictConfig) -> None:
     given_ckpt_path(cfg)
     for key in ("batch_size", "max_figures"):
         require_positive(key, cfg[key])
+    for key in ("figures", "attention"):
+        require_bool(key, cfg[key])
     try:
         device = torch.device(cfg.device)
     except RuntimeError as err:
@@ -234,7 +236,7 @@ def predict(cfg: DictConfig, raw: dict[str, str]) -> list[dict]:
             for i in chunk
         ]
         files = datamodule.prediction_figures(batch, probs, attention, stems) if any(stems) else []
-        weights = datamodule.prediction_attention(batch, attention)
+        views = datamodule.prediction_attention(batch, attention) if cfg.attention else []
         for row, i in enumerate(chunk):
             label = int(probs[row].argmax())
             results[i].update(
@@ -245,7 +247,7 @@ def predict(cfg: DictConfig, raw: dict[str, str]) -> list[dict]:
                 files=[
                     str(f) for f in files if stems[row] is not None and f.stem == stems[row].name
                 ],
-                **(attention_fields(*weights[row]) if weights else {}),
+                **(attention_fields(*views[row]) if views else {}),
             )
     with open(out_dir / PREDICTIONS_FILE, "w", encoding="utf-8") as f:
         for r in results:
