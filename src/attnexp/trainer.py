@@ -221,9 +221,9 @@ def check_settings(cfg: DictConfig) -> None:
 
 
 def check_early_stopping(cfg: DictConfig) -> None:
-    """An EarlyStopping callback with no validation: Lightning stopped at the first epoch's end
-    with an error on its monitor, said as `callbacks.model_checkpoint.monitor=val/acc is not a
-    metric the run logs` (the first callback monitoring val/acc), with val/acc as the fix."""
+    """An EarlyStopping callback with no validation: Lightning stops at the first epoch's end
+    with an error on its monitor, which reads as a monitor that names no logged metric (with
+    val/acc, the value set, as the fix): said before training, with the setting that causes it."""
     limit = cfg.trainer.get("limit_val_batches")
     if limit not in (0, 0.0) or type(limit) is bool:
         return
