@@ -135,7 +135,8 @@ def test_report_rows_statuses_and_metrics(sweep):
 
 def test_a_run_that_stopped_early_says_at_which_epoch(tmp_path):
     """callbacks=early_stopping: the CSV's stopped_early is the epoch (blank where a run trained
-    its max_epochs, or its record says it in a form not written by attnexp), the note says it."""
+    its max_epochs), the note says it; a record that says it in a form attnexp never writes (a
+    hand edit) is an unreadable row, as for the other fields."""
     stopped = {"epoch": 2, "step": 30, "reason": "Monitored metric val/acc did not improve"}
     write_run(tmp_path, "a", history=curve(0.8, 0.9, 0.88), stopped_early=stopped)
     write_run(tmp_path, "b", seed=1, history=curve(0.8, 0.9, 0.91, 0.92))
@@ -147,7 +148,9 @@ def test_a_run_that_stopped_early_says_at_which_epoch(tmp_path):
         "b": "",
         "c": "",
     }
-    assert [row["epochs"] for row in rows.values()] == ["3", "4", "1"]
+    assert [row["epochs"] for row in rows.values()] == ["3", "4", "0"]
+    assert rows["c"]["status"] == "unreadable"
+    assert rows["c"]["error"] == 'its "stopped_early" has no whole-number "epoch"'
     text = written["markdown"].read_text()
     assert "stopped early at epoch 2" in next(line for line in text.splitlines() if "| a |" in line)
     assert text.count("stopped early") == 1

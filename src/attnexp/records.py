@@ -149,6 +149,7 @@ RECORD_FIELDS = {
     "choices": dict,
     "machine": dict,
     "duration_s": int | float,
+    "stopped_early": dict,
 }
 
 
@@ -163,7 +164,14 @@ def record_problem(record: object) -> str | None:
     rows = record.get("history") or []
     if not all(isinstance(row, dict) and isinstance(row.get("epoch"), int) for row in rows):
         return 'its "history" holds a row without a whole-number "epoch"'
+    stopped = record.get("stopped_early")
+    if stopped is not None and not _whole_number(stopped.get("epoch")):
+        return 'its "stopped_early" has no whole-number "epoch"'
     return None
+
+
+def _whole_number(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def load_run(path: Path, root: Path) -> Run:
@@ -218,13 +226,8 @@ def load_run(path: Path, root: Path) -> Run:
         evaluated=str(record.get("run_dir") or ""),
         machine=machine_label(record.get("machine")),
         commit=str((record.get("machine") or {}).get("commit") or ""),
-        stopped_early=_stopped_epoch(record.get("stopped_early")),
+        stopped_early=(record.get("stopped_early") or {}).get("epoch"),
     )
-
-
-def _stopped_epoch(stopped: object) -> int | None:
-    epoch = stopped.get("epoch") if isinstance(stopped, dict) else None
-    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
 
 
 def find_runs(root: Path) -> list[Run]:
