@@ -134,7 +134,9 @@ class AttnDataModule(pl.LightningDataModule):
         self, batch: dict[str, torch.Tensor], attention: Any
     ) -> list[tuple[list[str], dict[str, torch.Tensor]]]:
         """Per example of `batch`: its tokens, and the attention each token receives per view
-        ({"pooling": (T,)}, or one per head: what the HTML page shades); [] without attention."""
+        ({"pooling": (T,)}, one per head, or one per layer and head: what the HTML page shades);
+        [] without attention. predict writes them to predictions.jsonl, prediction_figures
+        draws them."""
         return []
 
     def prediction_figures(
