@@ -19,7 +19,8 @@ from attnexp.checkpoints import (
     run_dir_of,
 )
 from attnexp.errors import ConfigError
-from attnexp.evaluate import evaluate, summary
+from attnexp.evaluate import summary
+from attnexp.evaluation import evaluate
 
 
 @pytest.fixture

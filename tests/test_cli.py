@@ -1,4 +1,5 @@
-"""`python -m attnexp`'s entry point: what Hydra answers alone, the summary, the exit status."""
+"""`python -m attnexp`'s entry point: what Hydra answers alone, the summary, the exit status; and
+what evaluate's and predict's command lines answer alone."""
 
 import subprocess
 import sys
@@ -53,6 +54,35 @@ def test_a_run_imports_its_training_code(tmp_path):
     setting found by the run's own checks, so nothing trains)."""
     result, imported = run_entry(tmp_path, "data.source=sample", "data.batch_size=0")
     assert result.returncode == 2 and "data.batch_size" in result.stderr
+    assert {"torch", "pytorch_lightning"} <= imported
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "says"),
+    [
+        ("evaluate", ["--help"], "evaluate is powered by Hydra"),
+        ("evaluate", ["ckpt_pth=x"], "ckpt_pth=x is not a setting of evaluate"),
+        ("predict", ["--help"], "Settings (key=value; conf/predict.yaml)"),
+        ("predict", ["ckpt_pth=x", "text=good"], "ckpt_pth=x is not a setting of predict"),
+    ],
+    ids=["evaluate-help", "evaluate-typo", "predict-help", "predict-typo"],
+)
+def test_evaluate_and_predict_answer_help_and_typos_without_torch(tmp_path, command, args, says):
+    result, imported = run_counting_imports(["-m", f"attnexp.{command}", *args], tmp_path)
+    assert "attnexp" in imported  # the import lines were read
+    assert not imported & (RUN_MODULES | MATPLOTLIB), result.stderr
+    assert result.returncode == (0 if args == ["--help"] else 2)
+    assert says in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("command", ["evaluate", "predict"])
+def test_evaluate_and_predict_import_their_work_once_it_starts(tmp_path, command):
+    """The counterpart: a checkpoint that is not there is found by the work itself."""
+    result, imported = run_counting_imports(
+        ["-m", f"attnexp.{command}", f"ckpt_path={tmp_path}/nowhere", f"paths.log_dir={tmp_path}"],
+        tmp_path,
+    )
+    assert result.returncode == 2 and "nowhere does not exist" in result.stderr
     assert {"torch", "pytorch_lightning"} <= imported
 
 

@@ -31,7 +31,7 @@ from attnexp import records
 from attnexp.build import build, check_data_dir
 from attnexp.checkpoints import compose_command_cfg, find_checkpoint, load_run
 from attnexp.errors import ConfigError, spawned_refusal
-from attnexp.evaluate import (
+from attnexp.evaluation import (
     check_same_data,
     evaluate,
     make_test_trainer,

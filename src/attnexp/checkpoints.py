@@ -1,6 +1,7 @@
 """Load a finished run back: its composed config, its Hydra choices, its checkpoints.
 
-Shared by `attnexp.evaluate` and `attnexp.predict`. A run dir (see `attnexp.runs`) holds
+Shared by evaluate and predict: their command lines (`attnexp.evaluate`, `attnexp.predict`) and
+their work (`attnexp.evaluation`, `attnexp.prediction`). A run dir (see `attnexp.runs`) holds
 `.hydra/config.yaml` (the composed config, interpolations unresolved), `.hydra/hydra.yaml` (which
 group options were chosen) and `checkpoints/*.ckpt`.
 
@@ -15,8 +16,8 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 import yaml
 from hydra import compose
 from omegaconf import DictConfig, OmegaConf
@@ -25,6 +26,9 @@ from attnexp.config import package_configs
 from attnexp.errors import ConfigError, message_lines, require_seed
 from attnexp.files import TORCH_LOAD_ERRORS
 from attnexp.runs import LAST_CKPT, METRICS_FILE, RUN_CONFIG, override_key, run_holding
+
+if TYPE_CHECKING:
+    import torch
 
 SEED_KEYS = ("seed", "data.seed", "data.split_seed")  # the run's data and weights follow them
 
@@ -279,6 +283,8 @@ def load_run(
 
 def read_weights(ckpt: str | Path) -> dict:
     """A Lightning checkpoint's state dict, read without running any of its code."""
+    import torch  # not at import: evaluate and predict check their command line without torch
+
     try:
         return torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
     except TORCH_LOAD_ERRORS as err:
@@ -289,7 +295,7 @@ def read_weights(ckpt: str | Path) -> dict:
         ) from err
 
 
-def load_weights(task: torch.nn.Module, ckpt: str | Path, state: dict | None = None) -> None:
+def load_weights(task: "torch.nn.Module", ckpt: str | Path, state: dict | None = None) -> None:
     """Load a checkpoint's weights (or its `state`, read already) into a built task; the shapes must
     match the model the run's config (and any overrides) built."""
     try:

@@ -1,0 +1,236 @@
+"""The work of `python -m attnexp.predict` (see `attnexp.predict`, its command line): load a run's
+model and DataModule from its saved config and artifacts, classify raw inputs, write
+predictions.jsonl and the attention figures.
+"""
+
+import json
+import logging
+from pathlib import Path
+
+import torch
+from hydra.utils import get_class
+from omegaconf import DictConfig
+
+from attnexp.build import build_model, check_config, instantiate_checked
+from attnexp.checkpoints import (
+    given_ckpt_path,
+    load_run,
+    load_weights,
+    longer_than_trained,
+    read_weights,
+    run_settings_hint,
+)
+from attnexp.config import register_resolvers
+from attnexp.data.base import AttnDataModule
+from attnexp.data.text import read_lines
+from attnexp.errors import ConfigError, require_bool, require_positive
+from attnexp.files import not_a_folder
+from attnexp.runs import new_run_name, run_holding
+
+log = logging.getLogger(__name__)
+register_resolvers()
+
+PREDICTIONS_FILE = "predictions.jsonl"
+PREDICT_DEVICES = ("cpu", "cuda")
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """predict.yaml's own settings, before anything is loaded."""
+    given_ckpt_path(cfg)
+    for key in ("batch_size", "max_figures"):
+        require_positive(key, cfg[key])
+    for key in ("figures", "attention"):
+        require_bool(key, cfg[key])
+    try:
+        device = torch.device(cfg.device)
+    except RuntimeError as err:
+        raise ConfigError(
+            f"device={cfg.device} is not a torch device ({err}); set device=cpu or device=cuda"
+        ) from None
+    if device.type not in PREDICT_DEVICES:
+        # torch knows mps, xpu, meta, ...: each failed later, with a traceback, or had no weights
+        raise ConfigError(
+            f"device={cfg.device}: predict runs on {' or '.join(PREDICT_DEVICES)} (set device=cpu, "
+            f"device=cuda or device=cuda:<index>)"
+        )
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise ConfigError(
+            f"device={cfg.device}: torch {torch.__version__} sees "
+            f"{torch.cuda.device_count()} CUDA device(s) on this machine; set device=cpu"
+        )
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Predictions go to a folder of their own: never over an earlier prediction's files, never
+    into a training run (its dir or a folder below it), where they would mix with the run's."""
+    out_dir = out_dir.expanduser().resolve()
+    blocker = not_a_folder(out_dir)
+    if blocker is not None:
+        raise ConfigError(
+            f"out_dir={out_dir}: {blocker} is a file, so predictions cannot be written there "
+            f"(give a new folder, out_dir=..., or set paths.log_dir=<a folder> for the default one)"
+        )
+    run_dir = run_holding(out_dir)
+    if run_dir is not None:
+        raise ConfigError(
+            f"out_dir={out_dir} is in the run {run_dir}; predict does not write into runs: give "
+            f"a folder outside it (out_dir=...), or drop out_dir= for a fresh one under "
+            f"paths.log_dir/predictions"
+        )
+    earlier = [
+        p.name for p in (out_dir / PREDICTIONS_FILE, *out_dir.glob("example[0-9]*")) if p.exists()
+    ]
+    if earlier:
+        raise ConfigError(
+            f"out_dir={out_dir} already holds predict outputs ({', '.join(sorted(earlier)[:3])}), "
+            f"which this prediction would overwrite: give a new folder (out_dir=...), or drop "
+            f"out_dir= for a fresh one under paths.log_dir/predictions"
+        )
+
+
+def raw_fields_of(run_cfg: DictConfig, model_name: str | None) -> tuple[str, ...]:
+    """The raw inputs the run's DataModule reads, known from its class: a run that takes none
+    (the bag models) is refused before any data is loaded."""
+    fields = get_class(run_cfg.data._target_).raw_fields
+    if not fields:
+        raise ConfigError(
+            f"model={model_name} reads no raw text (its data, {run_cfg.data._target_}, has no "
+            f"raw_fields): predict works on text models (IMDB, LCQMC); test this run with "
+            f"python -m attnexp.evaluate ckpt_path=..."
+        )
+    return fields
+
+
+def load_predictor(
+    run_cfg: DictConfig, run_dir: Path, ckpt: Path, weights: dict, device: str
+) -> tuple[AttnDataModule, torch.nn.Module]:
+    """(DataModule with the run's artifacts loaded, model with the checkpoint's weights)."""
+    datamodule: AttnDataModule = instantiate_checked(run_cfg.data)
+    datamodule.load_artifacts(str(run_dir))
+    datamodule.setup("predict")
+    model = build_model(run_cfg.model, datamodule)
+    task = instantiate_checked(
+        run_cfg.task,
+        model=model,
+        num_classes=datamodule.num_classes,
+        test_set_names=datamodule.test_set_names,
+    )
+    load_weights(task, ckpt, weights)
+    return datamodule, model.eval().to(device)
+
+
+def texts_file_lines(path: Path) -> list[str]:
+    if path.is_dir():
+        raise ConfigError(
+            f"texts_file={path} is a directory (give a file with one example per line)"
+        )
+    if not path.is_file():
+        raise ConfigError(f"texts_file={path} does not exist")
+    return read_lines(path, "texts_file")
+
+
+def read_examples(
+    cfg: DictConfig, raw: dict[str, str], fields: tuple[str, ...], model_name: str | None
+) -> list[dict[str, str]]:
+    """The example given as arguments, then one per `texts_file` line; a blank line is an
+    example with empty fields (a "no prediction" row, the file goes on)."""
+    other = [k for k in raw if k not in fields]
+    if other:
+        raise ConfigError(
+            f"{', '.join(f'{k}=' for k in other)} {'does' if len(other) == 1 else 'do'} not "
+            f"apply: model={model_name} reads {', '.join(f'{f}=' for f in fields)} (give "
+            f"{' '.join(f'{f}=...' for f in fields)} or texts_file=<file>)"
+        )
+    examples = []
+    if raw:
+        missing = [f for f in fields if f not in raw]
+        if missing:
+            raise ConfigError(
+                f"missing {', '.join(f'{m}=...' for m in missing)} (this model reads {', '.join(fields)})"
+            )
+        examples.append({f: raw[f] for f in fields})
+    if cfg.texts_file is not None:
+        path = Path(cfg.texts_file).expanduser()
+        for number, line in enumerate(texts_file_lines(path), 1):
+            if not line.strip():
+                parts = [""] * len(fields)
+            else:
+                parts = line.split("\t") if len(fields) > 1 else [line]
+            if len(parts) != len(fields):
+                raise ConfigError(
+                    f"{path}:{number}: {len(parts)} tab-separated field(s), expected {len(fields)} ({', '.join(fields)})"
+                )
+            examples.append(dict(zip(fields, parts, strict=True)))
+    if not examples and cfg.texts_file is not None:
+        raise ConfigError(
+            f"texts_file={cfg.texts_file} holds no lines to classify (give a file with one "
+            f"example per line, or {' '.join(f'{f}=...' for f in fields)})"
+        )
+    if not examples:
+        raise ConfigError(
+            f"nothing to predict: give {' '.join(f'{f}=...' for f in fields)} or texts_file=<file>"
+        )
+    return examples
+
+
+def predict(cfg: DictConfig, raw: dict[str, str]) -> list[dict]:
+    check_settings(cfg)
+    given_dir = cfg.out_dir is not None
+    out_dir = (
+        Path(cfg.out_dir) if given_dir else Path(cfg.paths.log_dir) / "predictions" / new_run_name()
+    )
+    check_out_dir(out_dir)
+    run_cfg, choices, run_dir, ckpt = load_run(cfg.ckpt_path, list(cfg.overrides))
+    longer = longer_than_trained(run_dir, run_cfg)
+    if longer is not None:
+        log.warning(longer)
+    check_config(run_cfg, choices)
+    model_name = choices.get("model")
+    examples = read_examples(cfg, raw, raw_fields_of(run_cfg, model_name), model_name)
+    weights = read_weights(ckpt)  # not a checkpoint: said before, not as a run setting
+    with run_settings_hint("predict"):
+        datamodule, model = load_predictor(run_cfg, run_dir, ckpt, weights, cfg.device)
+    out_dir.mkdir(parents=True, exist_ok=given_dir)  # the default one is always new
+    results = [{"input": ex, "problem": datamodule.check_raw(ex)} for ex in examples]
+    valid = [i for i, r in enumerate(results) if r["problem"] is None]
+    for start in range(0, len(valid), cfg.batch_size):
+        chunk = valid[start : start + cfg.batch_size]
+        batch = {
+            k: v.to(cfg.device)
+            for k, v in datamodule.encode_raw([examples[i] for i in chunk]).items()
+        }
+        with torch.no_grad():
+            logits, attention = model(**batch, return_attention=True)
+        probs = logits.float().softmax(-1).cpu()
+        stems = [
+            out_dir / f"example{i:04d}" if cfg.figures and i < cfg.max_figures else None
+            for i in chunk
+        ]
+        files = datamodule.prediction_figures(batch, probs, attention, stems) if any(stems) else []
+        views = datamodule.prediction_attention(batch, attention) if cfg.attention else []
+        for row, i in enumerate(chunk):
+            label = int(probs[row].argmax())
+            results[i].update(
+                label=datamodule.prediction_label(label),
+                probability=round(float(probs[row, label]), 4),
+                probabilities=[round(float(p), 4) for p in probs[row]],
+                notes=datamodule.raw_notes(examples[i]),
+                files=[
+                    str(f) for f in files if stems[row] is not None and f.stem == stems[row].name
+                ],
+                **(attention_fields(*views[row]) if views else {}),
+            )
+    with open(out_dir / PREDICTIONS_FILE, "w", encoding="utf-8") as f:
+        for r in results:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    log.info("checkpoint %s (run %s); outputs in %s", ckpt, run_dir, out_dir)
+    return results
+
+
+def attention_fields(tokens: list[str], per_view: dict[str, torch.Tensor]) -> dict:
+    """An example's tokens and the attention each receives per view, for predictions.jsonl: what
+    its HTML page shades, as numbers (every example, also those past max_figures)."""
+    return {
+        "tokens": tokens,
+        "attention": {view: [round(float(w), 6) for w in ws] for view, ws in per_view.items()},
+    }
