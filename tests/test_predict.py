@@ -1,4 +1,5 @@
-"""`python -m attnexp.predict` on a tiny trained run: labels, figures, edge-case inputs."""
+"""`python -m attnexp.predict` on a tiny trained run: labels, figures, edge-case inputs; and on a
+folder of runs, compared."""
 
 import json
 import re
@@ -275,7 +276,7 @@ def test_out_dir_is_never_reused_nor_inside_a_run(run_dir, capsys, tmp_path):
     assert len(list((tmp_path / "predictions").glob("*/predictions.jsonl"))) == 2
 
 
-@pytest.mark.parametrize("earlier", ["predictions.jsonl", "example0000.png"])
+@pytest.mark.parametrize("earlier", ["predictions.jsonl", "example0000.png", "compare.html"])
 def test_out_dir_holding_either_kind_of_output_is_refused(capsys, tmp_path, earlier):
     """Figures are drawn batch by batch and predictions.jsonl written last: an interrupted
     prediction leaves figures alone, one with figures=false (or no attention) the file alone."""
@@ -446,6 +447,111 @@ def test_help_and_hydra_flags(capsys):
     """predict parses its own command line: --help shows its settings, and Hydra's flags, which
     ended in Hydra's lexer error (LexerNoViableAltException: --help), are refused by name."""
     rc, out, _ = predict(capsys, "--help")
-    assert rc == 0 and "texts_file:" in out and "ckpt_path=<ckpt or run dir>" in out
+    assert rc == 0 and "texts_file:" in out and "ckpt_path=<ckpt, run dir or runs>" in out
     rc, _, err = predict(capsys, "ckpt_path=x", "--cfg", "job")
     assert rc == 2 and "takes key=value arguments only, not --cfg" in err
+
+
+@pytest.fixture(scope="module")
+def runs_folder(tmp_path_factory, run_dir):
+    """A folder of runs, as a sweep leaves them: attention pooling, mean pooling (no attention)
+    and a copy of the MHSA run (two heads)."""
+    tmp = tmp_path_factory.mktemp("predict_runs")
+    write_imdb(tmp / "data")
+    for name, model in [
+        ("0_dot", ["model=lstm_attn", "scorer=dot"]),
+        ("1_mean", ["model=lstm_mean"]),
+    ]:
+        cfg = compose_train(tmp, *model, *TINY_MODEL, *SHORT_TRAINING)
+        train_in_process(cfg, tmp / "runs" / name)
+    shutil.copytree(run_dir, tmp / "runs" / "2_mhsa")
+    return tmp / "runs"
+
+
+def test_a_folder_of_runs_is_compared_run_by_run(runs_folder, capsys, tmp_path):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a great film\n\nan awful film\n")
+    out = tmp_path / "out"
+    rc, stdout, _ = predict(
+        capsys, f"ckpt_path={runs_folder}", f"texts_file={texts}", f"out_dir={out}"
+    )
+    assert rc == 0
+    headers = [line for line in stdout.splitlines() if line.startswith("run ")]
+    assert headers == ["run 0_dot:", "run 1_mean:", "run 2_mhsa:"]
+    rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert [(r["run"], r["input"]["text"]) for r in rows] == [
+        (run, text)
+        for run in ("0_dot", "1_mean", "2_mhsa")
+        for text in ("a great film", "", "an awful film")
+    ]
+    by_run = {run: [r for r in rows if r["run"] == run] for run in ("0_dot", "1_mean", "2_mhsa")}
+    assert list(by_run["0_dot"][0]["attention"]) == ["pooling"]
+    assert "attention" not in by_run["1_mean"][0]
+    assert list(by_run["2_mhsa"][2]["attention"]) == ["head0", "head1"]
+    assert by_run["0_dot"][1]["problem"] == "empty text: nothing to classify"
+    # each run's figures in a folder of its own; the runs themselves are left as they were
+    assert sorted(p.name for p in (out / "0_dot").iterdir()) == [
+        "example0000.html",
+        "example0000.png",
+        "example0002.html",
+        "example0002.png",
+    ]
+    assert not (out / "1_mean").exists()  # no attention, no figures
+    assert not list(runs_folder.glob("*/example*")) and not list(runs_folder.glob("*/pred*"))
+    page = (out / "compare.html").read_text()
+    for run in ("0_dot", "1_mean", "2_mhsa"):  # beside its name, each run's own test accuracy
+        acc = json.loads((runs_folder / run / "metrics.json").read_text())["metrics"]["test/acc"]
+        answer = f"{by_run[run][0]['label']} {by_run[run][0]['probability']:.4f}"
+        assert f"<b>{run}</b> (test/acc {acc:.4f}): {answer}" in page
+    mean = by_run["1_mean"][0]
+    assert f"{mean['label']} {mean['probability']:.4f} (no attention)</p>" in page
+    assert page.count("<b>head1</b>") == 2 and page.count("no prediction (empty text") == 3
+    weight = by_run["0_dot"][0]["attention"]["pooling"][1]  # "great", as the JSON has it
+    assert f"title='{weight:.4f}'>great</span>" in page
+
+
+def test_a_comparison_leaves_out_runs_that_did_not_complete(runs_folder, capsys, caplog, tmp_path):
+    folder = tmp_path / "runs"
+    shutil.copytree(runs_folder / "0_dot", folder / "a")
+    shutil.copytree(runs_folder / "0_dot", folder / "b")
+    record = json.loads((folder / "b" / "metrics.json").read_text())
+    (folder / "b" / "metrics.json").write_text(json.dumps({**record, "status": "failed"}))
+    rc, stdout, err = predict(
+        capsys,
+        f"ckpt_path={folder}",
+        "text=a great film",
+        f"out_dir={tmp_path / 'out'}",
+        "figures=false",
+    )
+    assert rc == 0 and "run a:" in stdout and "run b" not in stdout
+    assert "b: left out of the comparison (status failed)" in caplog.messages
+    assert not (tmp_path / "out" / "compare.html").exists()  # figures=false draws no page either
+    (folder / "a" / "metrics.json").write_text(json.dumps({**record, "status": "failed"}))
+    rc, _, err = predict(capsys, f"ckpt_path={folder}", "text=hi", f"out_dir={tmp_path / 'o2'}")
+    assert rc == 2 and f"ckpt_path={folder}: none of its 2 run(s) completed" in err
+    assert not (tmp_path / "o2").exists()
+
+
+def test_a_run_that_cannot_read_the_inputs_refuses_the_comparison(runs_folder, capsys, tmp_path):
+    """Every run is loaded before anything is written: a refused one names itself, and no
+    output folder is left."""
+    folder = tmp_path / "runs"
+    shutil.copytree(runs_folder / "0_dot", folder / "0_dot")
+    pair = train_pair_run(tmp_path / "pair", "model=transformer", "model.heads=2")
+    shutil.copytree(pair, folder / "1_pairs")
+    out = tmp_path / "out"
+    rc, _, err = predict(capsys, f"ckpt_path={folder}", "text=a great film", f"out_dir={out}")
+    assert rc == 2 and err.startswith(
+        "error: 1_pairs: text= does not apply: model=transformer reads"
+    )
+    assert not out.exists()
+
+
+def test_a_comparison_is_never_written_over(runs_folder, capsys, tmp_path):
+    """An earlier comparison's figures sit one level down, in the runs' folders."""
+    out = tmp_path / "out"
+    (out / "0_dot").mkdir(parents=True)
+    (out / "0_dot" / "example0000.png").write_text("earlier")
+    rc, _, err = predict(capsys, f"ckpt_path={runs_folder}", "text=hi", f"out_dir={out}")
+    assert rc == 2 and "already holds predict outputs (0_dot/example0000.png)" in err
+    assert (out / "0_dot" / "example0000.png").read_text() == "earlier"

@@ -1,4 +1,4 @@
-"""`python -m attnexp.predict ckpt_path=<ckpt or run dir> text="..."`: classify raw inputs, show attention.
+"""`python -m attnexp.predict ckpt_path=<ckpt, run dir or runs> text="..."`: classify, show attention.
 
 Works for any run whose DataModule implements the raw-input methods of `AttnDataModule`
 (`raw_fields`, `check_raw`, `raw_notes`, `encode_raw`, `prediction_label`, `prediction_attention`,
@@ -13,6 +13,11 @@ probability, notes), `predictions.jsonl` (with each example's tokens and attenti
 model with attention), and per-example attention figures (PNG + self-contained HTML) in `out_dir`:
 a new folder, never one holding an earlier prediction or inside a training run.
 The exit status is 2 when no input could be classified.
+
+`ckpt_path=<a folder of runs>` (a multirun dir, say) compares them: each completed run's best
+checkpoint reads the same inputs, its figures go to `<out_dir>/<run name>/`, every line of
+predictions.jsonl names its `run`, and `compare.html` shows, per example, each run's label and
+attention one under another.
 
 This module is the command line: `--help` and a key predict.yaml lacks are answered in a fraction
 of a second. torch and Lightning come with `attnexp.prediction`, imported once a prediction starts.
@@ -84,7 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    run = None
     for result in results:
+        if result.get("run", run) != run:  # a folder of runs: each run's lines under its name
+            run = result["run"]
+            print(f"run {run}:")
         print(format_result(result))
     if all(r["problem"] is not None for r in results):
         print("error: no input could be classified (why: 'no prediction' above)", file=sys.stderr)

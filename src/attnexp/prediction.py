@@ -5,6 +5,7 @@ predictions.jsonl and the attention figures.
 
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -25,12 +26,14 @@ from attnexp.data.base import AttnDataModule
 from attnexp.data.text import read_lines
 from attnexp.errors import ConfigError, require_bool, require_positive
 from attnexp.files import not_a_folder
+from attnexp.records import EVALUATE, Run, read_records
 from attnexp.runs import new_run_name, run_holding
 
 log = logging.getLogger(__name__)
 register_resolvers()
 
 PREDICTIONS_FILE = "predictions.jsonl"
+COMPARE_FILE = "compare.html"  # ckpt_path=<a folder of runs>: every run's attention side by side
 PREDICT_DEVICES = ("cpu", "cuda")
 
 
@@ -78,7 +81,14 @@ def check_out_dir(out_dir: Path) -> None:
             f"paths.log_dir/predictions"
         )
     earlier = [
-        p.name for p in (out_dir / PREDICTIONS_FILE, *out_dir.glob("example[0-9]*")) if p.exists()
+        str(p.relative_to(out_dir))
+        for p in (
+            out_dir / PREDICTIONS_FILE,
+            out_dir / COMPARE_FILE,
+            *out_dir.glob("example[0-9]*"),
+            *out_dir.glob("*/example[0-9]*"),  # a comparison's runs' figures
+        )
+        if p.exists()
     ]
     if earlier:
         raise ConfigError(
@@ -101,7 +111,7 @@ def raw_fields_of(run_cfg: DictConfig, model_name: str | None) -> tuple[str, ...
     return fields
 
 
-def load_predictor(
+def load_model(
     run_cfg: DictConfig, run_dir: Path, ckpt: Path, weights: dict, device: str
 ) -> tuple[AttnDataModule, torch.nn.Module]:
     """(DataModule with the run's artifacts loaded, model with the checkpoint's weights)."""
@@ -173,14 +183,92 @@ def read_examples(
     return examples
 
 
+@dataclass
+class Predictor:
+    """A run loaded for predicting: its DataModule, its model, and the examples it will read."""
+
+    run_dir: Path
+    ckpt: Path
+    datamodule: AttnDataModule
+    model: torch.nn.Module
+    examples: list[dict[str, str]]
+
+
 def predict(cfg: DictConfig, raw: dict[str, str]) -> list[dict]:
+    """Every example's result, written to predictions.jsonl with the figures. `ckpt_path=` a folder
+    of runs: each completed run's results in turn, each result with its `run` (the run's name
+    under the folder), and compare.html showing every run's attention side by side."""
     check_settings(cfg)
     given_dir = cfg.out_dir is not None
     out_dir = (
         Path(cfg.out_dir) if given_dir else Path(cfg.paths.log_dir) / "predictions" / new_run_name()
     )
     check_out_dir(out_dir)
-    run_cfg, choices, run_dir, ckpt = load_run(cfg.ckpt_path, list(cfg.overrides))
+    runs = runs_to_compare(Path(cfg.ckpt_path).expanduser())
+    if runs is None:
+        predictors = {None: load_predictor(cfg, raw, cfg.ckpt_path)}
+    else:  # every run is loaded before anything is written: a refused one leaves no half output
+        predictors = {}
+        for run in runs:
+            try:
+                predictors[run.name] = load_predictor(cfg, raw, run.path)
+            except ConfigError as err:
+                raise ConfigError(f"{run.name}: {err}") from err
+    out_dir.mkdir(parents=True, exist_ok=given_dir)  # the default one is always new
+    results = []
+    for name, predictor in predictors.items():
+        figures_dir = out_dir if name is None else out_dir / subfolder_name(name)
+        run_results = classify(cfg, predictor, figures_dir)
+        results += [r if name is None else {"run": name, **r} for r in run_results]
+        log.info("checkpoint %s (run %s)", predictor.ckpt, predictor.run_dir)
+    with open(out_dir / PREDICTIONS_FILE, "w", encoding="utf-8") as f:
+        for r in results:
+            if not cfg.attention:
+                r = {k: v for k, v in r.items() if k not in ("tokens", "attention")}
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    if runs is not None and cfg.figures:
+        from attnexp.viz.text import save_comparison  # matplotlib: only where figures are drawn
+
+        captions = {run.name: run_caption(run) for run in runs}
+        save_comparison(results, captions, out_dir / COMPARE_FILE, cfg.max_figures)
+    log.info("outputs in %s", out_dir)
+    return results
+
+
+def runs_to_compare(path: Path) -> list[Run] | None:
+    """Each completed training run under `path`, a folder that is not a run (a multirun dir,
+    say); None where `path` is a checkpoint or a run (or lies inside one)."""
+    if not path.is_dir() or run_holding(path) is not None:
+        return None
+    found = [run for run in read_records(path) if run.kind != EVALUATE]
+    if not found:
+        return None  # not a folder of runs: find_checkpoint says what it is not
+    completed = [run for run in found if run.status == "completed"]
+    for run in found:
+        if run.status != "completed":
+            log.warning("%s: left out of the comparison (status %s)", run.name, run.status)
+    if not completed:
+        raise ConfigError(
+            f"ckpt_path={path}: none of its {len(found)} run(s) completed (give a folder holding "
+            f"completed runs, or one run's dir)"
+        )
+    return completed
+
+
+def run_caption(run: Run) -> str:
+    """What compare.html says of a run beside its name: its test accuracy, as its record has it."""
+    acc = run.metrics.get("test/acc")
+    return "" if acc is None else f"test/acc {acc:.4f}"
+
+
+def subfolder_name(run_name: str) -> str:
+    """A run's folder for its figures, one level below out_dir (a run 3 levels down is named
+    `a__b__c`): check_out_dir finds earlier outputs there."""
+    return run_name.replace("/", "__")
+
+
+def load_predictor(cfg: DictConfig, raw: dict[str, str], ckpt_path: str | Path) -> Predictor:
+    run_cfg, choices, run_dir, ckpt = load_run(ckpt_path, list(cfg.overrides))
     longer = longer_than_trained(run_dir, run_cfg)
     if longer is not None:
         log.warning(longer)
@@ -189,8 +277,14 @@ def predict(cfg: DictConfig, raw: dict[str, str]) -> list[dict]:
     examples = read_examples(cfg, raw, raw_fields_of(run_cfg, model_name), model_name)
     weights = read_weights(ckpt)  # not a checkpoint: said before, not as a run setting
     with run_settings_hint("predict"):
-        datamodule, model = load_predictor(run_cfg, run_dir, ckpt, weights, cfg.device)
-    out_dir.mkdir(parents=True, exist_ok=given_dir)  # the default one is always new
+        datamodule, model = load_model(run_cfg, run_dir, ckpt, weights, cfg.device)
+    return Predictor(run_dir, ckpt, datamodule, model, examples)
+
+
+def classify(cfg: DictConfig, predictor: Predictor, out_dir: Path) -> list[dict]:
+    """Each example's label, probabilities, notes, figure files and (for a model with attention)
+    tokens and attention weights; the figures go to `out_dir`."""
+    datamodule, model, examples = predictor.datamodule, predictor.model, predictor.examples
     results = [{"input": ex, "problem": datamodule.check_raw(ex)} for ex in examples]
     valid = [i for i, r in enumerate(results) if r["problem"] is None]
     for start in range(0, len(valid), cfg.batch_size):
@@ -206,8 +300,10 @@ def predict(cfg: DictConfig, raw: dict[str, str]) -> list[dict]:
             out_dir / f"example{i:04d}" if cfg.figures and i < cfg.max_figures else None
             for i in chunk
         ]
+        if any(stems) and attention is not None:  # a model without attention draws nothing
+            out_dir.mkdir(parents=True, exist_ok=True)
         files = datamodule.prediction_figures(batch, probs, attention, stems) if any(stems) else []
-        views = datamodule.prediction_attention(batch, attention) if cfg.attention else []
+        views = datamodule.prediction_attention(batch, attention)
         for row, i in enumerate(chunk):
             label = int(probs[row].argmax())
             results[i].update(
@@ -220,10 +316,6 @@ def predict(cfg: DictConfig, raw: dict[str, str]) -> list[dict]:
                 ],
                 **(attention_fields(*views[row]) if views else {}),
             )
-    with open(out_dir / PREDICTIONS_FILE, "w", encoding="utf-8") as f:
-        for r in results:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    log.info("checkpoint %s (run %s); outputs in %s", ckpt, run_dir, out_dir)
     return results
 
 

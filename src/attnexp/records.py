@@ -235,11 +235,16 @@ def find_runs(root: Path) -> list[Run]:
     return find_records(root)[0]
 
 
+def read_records(root: Path) -> list[Run]:
+    """Every record under `root` (runs and evaluations), as it is, in a stable order."""
+    paths = sorted(_record_files(root), key=lambda p: natural_key(str(p.relative_to(root))))
+    return [load_run(p, root) for p in paths]
+
+
 def find_records(root: Path) -> tuple[list[Run], list[Run]]:
     """The training runs under `root`, with their variants, and the evaluation records; each in
     a stable order."""
-    paths = sorted(_record_files(root), key=lambda p: natural_key(str(p.relative_to(root))))
-    records = [load_run(p, root) for p in paths]
+    records = read_records(root)
     runs = [run for run in records if run.kind != EVALUATE]
     keys = {k for run in runs for k in run.settings}
     for run in runs:  # a key set in some runs only: the others' value is in their config

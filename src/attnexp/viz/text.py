@@ -1,6 +1,7 @@
 """Per-token attention of text models: a heatmap figure and a self-contained HTML page."""
 
 import html
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -92,15 +93,24 @@ def token_heatmap(
 def token_html(tokens: list[str], weights: dict[str, torch.Tensor], title: str) -> str:
     """A standalone HTML page: the tokens shaded by weight / the view's largest (one paragraph per
     view, its peak as a multiple of the uniform weight 1/n), hover = the weight."""
-    parts = [
+    return _page(title, [f"<h3>{html.escape(title)}</h3>", *_view_paragraphs(tokens, weights)])
+
+
+def _page(title: str, body: list[str]) -> str:
+    head = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>{html.escape(title)}</title>",
         "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:1.9}"
         "span{padding:1px 2px;border-radius:3px}</style></head><body>",
-        f"<h3>{html.escape(title)}</h3>",
     ]
+    return "\n".join([*head, *body, "</body></html>"])
+
+
+def _view_paragraphs(tokens: list[str], weights: dict[str, Sequence[float] | torch.Tensor]):
+    """One paragraph per view: its name, its peak as a multiple of uniform, the shaded tokens."""
+    parts = []
     for tag, w in weights.items():
-        w = w.reshape(-1)[: len(tokens)].float()
+        w = torch.as_tensor(w).reshape(-1)[: len(tokens)].float()
         peak = float(w.max()) if len(w) and float(w.max()) > 0 else 1.0
         spans = [
             f"<span style='background:rgba(220,30,30,{float(v) / peak:.3f})' title='{float(v):.4f}'>"
@@ -110,8 +120,37 @@ def token_html(tokens: list[str], weights: dict[str, torch.Tensor], title: str) 
         shown = min(len(tokens), len(w))
         spread = f" (peak {peak * shown:.1f}x uniform)" if shown and float(w.max()) > 0 else ""
         parts.append(f"<p><b>{html.escape(tag)}</b>{spread}<br>{' '.join(spans)}</p>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
+    return parts
+
+
+def save_comparison(
+    results: list[dict], captions: dict[str, str], path: Path, max_examples: int
+) -> Path:
+    """predict over a folder of runs: per example (the first `max_examples`), each run's label
+    and probability, then its tokens shaded per view, so the runs' attention reads side by side.
+    `results`: predict's rows, each with its `run`, in the order the runs were read; `captions`:
+    what to say of each run beside its name (its test accuracy, say)."""
+    by_run: dict[str, list[dict]] = {}
+    for result in results:
+        by_run.setdefault(result["run"], []).append(result)
+    title = f"attention compared over {len(by_run)} runs"
+    body = [f"<h2>{html.escape(title)}</h2>"]
+    for e, first in enumerate(next(iter(by_run.values()))[:max_examples]):
+        shown = " | ".join(first["input"].values())
+        body.append(f"<hr><h3>example {e}: {html.escape(shown)}</h3>")
+        for run, rows in by_run.items():
+            row, name = rows[e], f"<b>{html.escape(run)}</b>"
+            if captions.get(run):
+                name += f" ({html.escape(captions[run])})"
+            if row["problem"] is not None:
+                body.append(f"<p>{name}: no prediction ({html.escape(row['problem'])})</p>")
+                continue
+            answer = f"{row['label']} {row['probability']:.4f}"
+            attention = "" if "attention" in row else " (no attention)"
+            body.append(f"<p>{name}: {html.escape(answer)}{attention}</p>")
+            body += _view_paragraphs(row.get("tokens", []), row.get("attention", {}))
+    Path(path).write_text(_page(title, body), encoding="utf-8")
+    return Path(path)
 
 
 def save_token_html(
