@@ -555,3 +555,53 @@ def test_a_comparison_is_never_written_over(runs_folder, capsys, tmp_path):
     rc, _, err = predict(capsys, f"ckpt_path={runs_folder}", "text=hi", f"out_dir={out}")
     assert rc == 2 and "already holds predict outputs (0_dot/example0000.png)" in err
     assert (out / "0_dot" / "example0000.png").read_text() == "earlier"
+
+
+def test_out_dir_the_folder_of_runs_itself_is_refused(runs_folder, capsys, tmp_path):
+    """Each run's figures go to <out_dir>/<run name>/: out_dir=<the folder of runs> put them into
+    the runs themselves."""
+    folder = tmp_path / "runs"
+    for name in ("0_dot", "1_dot"):
+        shutil.copytree(runs_folder / "0_dot", folder / name)
+    rc, _, err = predict(capsys, f"ckpt_path={folder}", "text=hi", f"out_dir={folder}")
+    assert rc == 2 and f"out_dir={folder} holds runs named as this comparison's runs" in err
+    assert "(0_dot, 1_dot)" in err
+    assert not list(folder.glob("**/example*")) and not list(folder.glob("*.*"))
+
+
+def test_runs_whose_folder_names_meet_keep_their_own_figures(runs_folder, capsys, tmp_path):
+    """`a/b` (a run two levels down) and `a__b` both come out as `a__b`: the second is `a__b~2`."""
+    folder = tmp_path / "runs"
+    shutil.copytree(runs_folder / "0_dot", folder / "a" / "b")
+    shutil.copytree(runs_folder / "0_dot", folder / "a__b")
+    out = tmp_path / "out"
+    assert predict(capsys, f"ckpt_path={folder}", "text=a great film", f"out_dir={out}")[0] == 0
+    rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert [(r["run"], Path(r["files"][0]).parent.name) for r in rows] == [
+        ("a/b", "a__b"),
+        ("a__b", "a__b~2"),
+    ]
+    assert (out / "a__b" / "example0000.png").is_file()
+    assert (out / "a__b~2" / "example0000.png").is_file()
+
+
+def test_a_comparison_leaves_out_evaluations_and_shows_max_figures(runs_folder, capsys, tmp_path):
+    """ckpt_path=outputs holds runs/ and evals/: an evaluation's record is no run to compare (it
+    has no checkpoint); compare.html shows the first max_figures examples."""
+    folder = tmp_path / "outputs"
+    shutil.copytree(runs_folder / "0_dot", folder / "runs" / "a")
+    record = json.loads((folder / "runs" / "a" / "metrics.json").read_text())
+    (folder / "evals" / "e").mkdir(parents=True)
+    (folder / "evals" / "e" / "metrics.json").write_text(
+        json.dumps({**record, "kind": "evaluate", "best_ckpt": None})
+    )
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a great film\nan awful film\n")
+    out = tmp_path / "out"
+    rc, stdout, err = predict(
+        capsys, f"ckpt_path={folder}", f"texts_file={texts}", f"out_dir={out}", "max_figures=1"
+    )
+    assert rc == 0, err
+    assert [line for line in stdout.splitlines() if line.startswith("run ")] == ["run runs/a:"]
+    page = (out / "compare.html").read_text()
+    assert "example 0: a great film" in page and "example 1:" not in page

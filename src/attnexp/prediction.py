@@ -5,6 +5,7 @@ predictions.jsonl and the attention figures.
 
 import json
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from attnexp.data.text import read_lines
 from attnexp.errors import ConfigError, require_bool, require_positive
 from attnexp.files import not_a_folder
 from attnexp.records import EVALUATE, Run, read_records
-from attnexp.runs import new_run_name, run_holding
+from attnexp.runs import holds_run, new_run_name, run_holding
 
 log = logging.getLogger(__name__)
 register_resolvers()
@@ -208,16 +209,22 @@ def predict(cfg: DictConfig, raw: dict[str, str]) -> list[dict]:
     if runs is None:
         predictors = {None: load_predictor(cfg, raw, cfg.ckpt_path)}
     else:  # every run is loaded before anything is written: a refused one leaves no half output
+        folders = figure_folders([run.name for run in runs])
+        check_figure_folders(out_dir, folders.values())
         predictors = {}
         for run in runs:
             try:
                 predictors[run.name] = load_predictor(cfg, raw, run.path)
             except ConfigError as err:
-                raise ConfigError(f"{run.name}: {err}") from err
+                raise ConfigError(
+                    f"{run.name}: {err}; ckpt_path={cfg.ckpt_path} compares every completed run "
+                    f"under it and one refused stops them all (where only this run is refused, "
+                    f"give a folder without it)"
+                ) from err
     out_dir.mkdir(parents=True, exist_ok=given_dir)  # the default one is always new
     results = []
     for name, predictor in predictors.items():
-        figures_dir = out_dir if name is None else out_dir / subfolder_name(name)
+        figures_dir = out_dir if name is None else out_dir / folders[name]
         run_results = classify(cfg, predictor, figures_dir)
         results += [r if name is None else {"run": name, **r} for r in run_results]
         log.info("checkpoint %s (run %s)", predictor.ckpt, predictor.run_dir)
@@ -261,10 +268,33 @@ def run_caption(run: Run) -> str:
     return "" if acc is None else f"test/acc {acc:.4f}"
 
 
-def subfolder_name(run_name: str) -> str:
-    """A run's folder for its figures, one level below out_dir (a run 3 levels down is named
-    `a__b__c`): check_out_dir finds earlier outputs there."""
-    return run_name.replace("/", "__")
+def figure_folders(run_names: list[str]) -> dict[str, str]:
+    """Each run's folder for its figures, one level below out_dir (check_out_dir finds earlier
+    outputs there): its name, a run 3 levels down as `a__b__c`; a name that comes out as an
+    earlier run's (`a/b` and `a__b`) gets `~2` after it, so no run's figures replace another's."""
+    folders: dict[str, str] = {}
+    for name in run_names:
+        folder = base = name.replace("/", "__")
+        n = 1
+        while folder in folders.values():
+            n += 1
+            folder = f"{base}~{n}"
+        folders[name] = folder
+    return folders
+
+
+def check_figure_folders(out_dir: Path, folders: Iterable[str]) -> None:
+    """A comparison's figure folders, named after its runs, must not be runs: out_dir the folder
+    of runs itself (or another sweep's dir with the same run names) put figures into them."""
+    out_dir = out_dir.expanduser().resolve()
+    runs = [folder for folder in folders if holds_run(out_dir / folder)]
+    if runs:
+        raise ConfigError(
+            f"out_dir={out_dir} holds runs named as this comparison's runs ({', '.join(runs[:3])}): "
+            f"each run's figures go to <out_dir>/<run name>/, which would write into those runs; "
+            f"predict does not write into runs: give a folder that holds no runs (out_dir=...), "
+            f"or drop out_dir= for a fresh one under paths.log_dir/predictions"
+        )
 
 
 def load_predictor(cfg: DictConfig, raw: dict[str, str], ckpt_path: str | Path) -> Predictor:
