@@ -548,13 +548,25 @@ def test_a_run_that_cannot_read_the_inputs_refuses_the_comparison(runs_folder, c
 
 
 def test_a_comparison_is_never_written_over(runs_folder, capsys, tmp_path):
-    """An earlier comparison's figures sit one level down, in the runs' folders."""
+    """An interrupted comparison's figures sit one level down, in the runs' folders (its
+    predictions.jsonl, written last, is not there to be found)."""
     out = tmp_path / "out"
     (out / "0_dot").mkdir(parents=True)
     (out / "0_dot" / "example0000.png").write_text("earlier")
     rc, _, err = predict(capsys, f"ckpt_path={runs_folder}", "text=hi", f"out_dir={out}")
-    assert rc == 2 and "already holds predict outputs (0_dot/example0000.png)" in err
+    assert rc == 2 and f"out_dir={out} already holds 0_dot: each run's figures go" in err
     assert (out / "0_dot" / "example0000.png").read_text() == "earlier"
+    # one run's prediction beside earlier ones' folders is no comparison: nothing of theirs is hit
+    (out / "0_dot" / "example0000.png").rename(out / "0_dot" / "earlier.png")
+    rc, *_ = predict(capsys, f"ckpt_path={runs_folder / '0_dot'}", "text=hi", f"out_dir={out}")
+    assert rc == 0 and (out / "example0000.png").is_file()
+    assert [p.name for p in (out / "0_dot").iterdir()] == ["earlier.png"]
+
+
+def test_a_folder_that_holds_no_run_is_said_to(capsys, tmp_path):
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    rc, _, err = predict(capsys, f"ckpt_path={tmp_path / 'empty'}", "text=hi")
+    assert rc == 2 and f"ckpt_path={tmp_path / 'empty'} holds no run (no run's metrics.json" in err
 
 
 def test_out_dir_the_folder_of_runs_itself_is_refused(runs_folder, capsys, tmp_path):
@@ -564,8 +576,7 @@ def test_out_dir_the_folder_of_runs_itself_is_refused(runs_folder, capsys, tmp_p
     for name in ("0_dot", "1_dot"):
         shutil.copytree(runs_folder / "0_dot", folder / name)
     rc, _, err = predict(capsys, f"ckpt_path={folder}", "text=hi", f"out_dir={folder}")
-    assert rc == 2 and f"out_dir={folder} holds runs named as this comparison's runs" in err
-    assert "(0_dot, 1_dot)" in err
+    assert rc == 2 and f"out_dir={folder} already holds 0_dot, 1_dot (runs): each run's" in err
     assert not list(folder.glob("**/example*")) and not list(folder.glob("*.*"))
 
 
@@ -587,7 +598,8 @@ def test_runs_whose_folder_names_meet_keep_their_own_figures(runs_folder, capsys
 
 def test_a_comparison_leaves_out_evaluations_and_shows_max_figures(runs_folder, capsys, tmp_path):
     """ckpt_path=outputs holds runs/ and evals/: an evaluation's record is no run to compare (it
-    has no checkpoint); compare.html shows the first max_figures examples."""
+    has no checkpoint); compare.html shows the first max_figures examples, with attention=false
+    too."""
     folder = tmp_path / "outputs"
     shutil.copytree(runs_folder / "0_dot", folder / "runs" / "a")
     record = json.loads((folder / "runs" / "a" / "metrics.json").read_text())
@@ -598,10 +610,11 @@ def test_a_comparison_leaves_out_evaluations_and_shows_max_figures(runs_folder, 
     texts = tmp_path / "texts.txt"
     texts.write_text("a great film\nan awful film\n")
     out = tmp_path / "out"
-    rc, stdout, err = predict(
-        capsys, f"ckpt_path={folder}", f"texts_file={texts}", f"out_dir={out}", "max_figures=1"
-    )
+    args = [f"texts_file={texts}", f"out_dir={out}", "max_figures=1", "attention=false"]
+    rc, stdout, err = predict(capsys, f"ckpt_path={folder}", *args)
     assert rc == 0, err
     assert [line for line in stdout.splitlines() if line.startswith("run ")] == ["run runs/a:"]
     page = (out / "compare.html").read_text()
     assert "example 0: a great film" in page and "example 1:" not in page
+    # attention=false keeps the weights out of predictions.jsonl, not out of the page
+    assert "<b>pooling</b>" in page and "attention" not in (out / "predictions.jsonl").read_text()

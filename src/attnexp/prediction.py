@@ -28,7 +28,7 @@ from attnexp.data.text import read_lines
 from attnexp.errors import ConfigError, require_bool, require_positive
 from attnexp.files import not_a_folder
 from attnexp.records import EVALUATE, Run, read_records
-from attnexp.runs import holds_run, new_run_name, run_holding
+from attnexp.runs import METRICS_FILE, holds_run, new_run_name, run_holding
 
 log = logging.getLogger(__name__)
 register_resolvers()
@@ -87,7 +87,6 @@ def check_out_dir(out_dir: Path) -> None:
             out_dir / PREDICTIONS_FILE,
             out_dir / COMPARE_FILE,
             *out_dir.glob("example[0-9]*"),
-            *out_dir.glob("*/example[0-9]*"),  # a comparison's runs' figures
         )
         if p.exists()
     ]
@@ -113,9 +112,10 @@ def raw_fields_of(run_cfg: DictConfig, model_name: str | None) -> tuple[str, ...
 
 
 def load_model(
-    run_cfg: DictConfig, run_dir: Path, ckpt: Path, weights: dict, device: str
+    run_cfg: DictConfig, run_dir: Path, ckpt: Path, weights: dict
 ) -> tuple[AttnDataModule, torch.nn.Module]:
-    """(DataModule with the run's artifacts loaded, model with the checkpoint's weights)."""
+    """(DataModule with the run's artifacts loaded, model with the checkpoint's weights, on the
+    CPU)."""
     datamodule: AttnDataModule = instantiate_checked(run_cfg.data)
     datamodule.load_artifacts(str(run_dir))
     datamodule.setup("predict")
@@ -127,7 +127,7 @@ def load_model(
         test_set_names=datamodule.test_set_names,
     )
     load_weights(task, ckpt, weights)
-    return datamodule, model.eval().to(device)
+    return datamodule, model.eval()
 
 
 def texts_file_lines(path: Path) -> list[str]:
@@ -208,29 +208,23 @@ def predict(cfg: DictConfig, raw: dict[str, str]) -> list[dict]:
     runs = runs_to_compare(Path(cfg.ckpt_path).expanduser())
     if runs is None:
         predictors = {None: load_predictor(cfg, raw, cfg.ckpt_path)}
-    else:  # every run is loaded before anything is written: a refused one leaves no half output
+    else:  # a refused run leaves no half-written output
         folders = figure_folders([run.name for run in runs])
-        check_figure_folders(out_dir, folders.values())
-        predictors = {}
-        for run in runs:
-            try:
-                predictors[run.name] = load_predictor(cfg, raw, run.path)
-            except ConfigError as err:
-                raise ConfigError(
-                    f"{run.name}: {err}; ckpt_path={cfg.ckpt_path} compares every completed run "
-                    f"under it and one refused stops them all (where only this run is refused, "
-                    f"give a folder without it)"
-                ) from err
+        if cfg.figures:
+            check_figure_folders(out_dir, folders.values())
+        predictors = load_compared(cfg, raw, runs)
     out_dir.mkdir(parents=True, exist_ok=given_dir)  # the default one is always new
     results = []
     for name, predictor in predictors.items():
         figures_dir = out_dir if name is None else out_dir / folders[name]
-        run_results = classify(cfg, predictor, figures_dir)
+        # compare.html shades the weights whether or not predictions.jsonl keeps them
+        weights = cfg.attention or (name is not None and cfg.figures)
+        run_results = classify(cfg, predictor, figures_dir, weights)
         results += [r if name is None else {"run": name, **r} for r in run_results]
         log.info("checkpoint %s (run %s)", predictor.ckpt, predictor.run_dir)
     with open(out_dir / PREDICTIONS_FILE, "w", encoding="utf-8") as f:
         for r in results:
-            if not cfg.attention:
+            if not cfg.attention:  # kept for compare.html only
                 r = {k: v for k, v in r.items() if k not in ("tokens", "attention")}
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
     if runs is not None and cfg.figures:
@@ -249,7 +243,10 @@ def runs_to_compare(path: Path) -> list[Run] | None:
         return None
     found = [run for run in read_records(path) if run.kind != EVALUATE]
     if not found:
-        return None  # not a folder of runs: find_checkpoint says what it is not
+        raise ConfigError(
+            f"ckpt_path={path} holds no run (no run's {METRICS_FILE} below it, nor a "
+            f"checkpoints/ folder): give a .ckpt file, a run dir, or a folder of runs"
+        )
     completed = [run for run in found if run.status == "completed"]
     for run in found:
         if run.status != "completed":
@@ -260,6 +257,22 @@ def runs_to_compare(path: Path) -> list[Run] | None:
             f"completed runs, or one run's dir)"
         )
     return completed
+
+
+def load_compared(cfg: DictConfig, raw: dict[str, str], runs: list[Run]) -> dict[str, Predictor]:
+    """Each run loaded for the same inputs, by name, before anything is written: one refused
+    refuses the comparison."""
+    predictors = {}
+    for run in runs:
+        try:
+            predictors[run.name] = load_predictor(cfg, raw, run.path)
+        except ConfigError as err:
+            raise ConfigError(
+                f"{run.name}: {err}; ckpt_path={cfg.ckpt_path} compares every completed run "
+                f"under it and one refused stops them all (where only this run is refused, "
+                f"give a folder without it)"
+            ) from err
+    return predictors
 
 
 def run_caption(run: Run) -> str:
@@ -284,16 +297,17 @@ def figure_folders(run_names: list[str]) -> dict[str, str]:
 
 
 def check_figure_folders(out_dir: Path, folders: Iterable[str]) -> None:
-    """A comparison's figure folders, named after its runs, must not be runs: out_dir the folder
-    of runs itself (or another sweep's dir with the same run names) put figures into them."""
+    """A comparison's figure folders, named after its runs, must be new: out_dir the folder of
+    runs itself put figures into the runs, and an interrupted comparison's figures would be
+    drawn over."""
     out_dir = out_dir.expanduser().resolve()
-    runs = [folder for folder in folders if holds_run(out_dir / folder)]
-    if runs:
+    there = [folder for folder in folders if (out_dir / folder).exists()]
+    if there:
+        runs = " (runs)" if all(holds_run(out_dir / folder) for folder in there) else ""
         raise ConfigError(
-            f"out_dir={out_dir} holds runs named as this comparison's runs ({', '.join(runs[:3])}): "
-            f"each run's figures go to <out_dir>/<run name>/, which would write into those runs; "
-            f"predict does not write into runs: give a folder that holds no runs (out_dir=...), "
-            f"or drop out_dir= for a fresh one under paths.log_dir/predictions"
+            f"out_dir={out_dir} already holds {', '.join(there[:3])}{runs}: each run's figures go "
+            f"to <out_dir>/<run name>/, a new folder; give a folder that holds none of the runs' "
+            f"names (out_dir=...), or drop out_dir= for a fresh one under paths.log_dir/predictions"
         )
 
 
@@ -307,14 +321,16 @@ def load_predictor(cfg: DictConfig, raw: dict[str, str], ckpt_path: str | Path) 
     examples = read_examples(cfg, raw, raw_fields_of(run_cfg, model_name), model_name)
     weights = read_weights(ckpt)  # not a checkpoint: said before, not as a run setting
     with run_settings_hint("predict"):
-        datamodule, model = load_model(run_cfg, run_dir, ckpt, weights, cfg.device)
+        datamodule, model = load_model(run_cfg, run_dir, ckpt, weights)
     return Predictor(run_dir, ckpt, datamodule, model, examples)
 
 
-def classify(cfg: DictConfig, predictor: Predictor, out_dir: Path) -> list[dict]:
-    """Each example's label, probabilities, notes, figure files and (for a model with attention)
-    tokens and attention weights; the figures go to `out_dir`."""
-    datamodule, model, examples = predictor.datamodule, predictor.model, predictor.examples
+def classify(cfg: DictConfig, predictor: Predictor, out_dir: Path, weights: bool) -> list[dict]:
+    """Each example's label, probabilities, notes, figure files and (`weights`, for a model with
+    attention) tokens and attention weights; the figures go to `out_dir`. The model is on
+    `cfg.device` while it classifies: a comparison holds one run's model there at a time."""
+    datamodule, examples = predictor.datamodule, predictor.examples
+    model = predictor.model.to(cfg.device)
     results = [{"input": ex, "problem": datamodule.check_raw(ex)} for ex in examples]
     valid = [i for i, r in enumerate(results) if r["problem"] is None]
     for start in range(0, len(valid), cfg.batch_size):
@@ -333,7 +349,7 @@ def classify(cfg: DictConfig, predictor: Predictor, out_dir: Path) -> list[dict]
         if any(stems) and attention is not None:  # a model without attention draws nothing
             out_dir.mkdir(parents=True, exist_ok=True)
         files = datamodule.prediction_figures(batch, probs, attention, stems) if any(stems) else []
-        views = datamodule.prediction_attention(batch, attention)
+        views = datamodule.prediction_attention(batch, attention) if weights else []
         for row, i in enumerate(chunk):
             label = int(probs[row].argmax())
             results[i].update(
@@ -346,6 +362,7 @@ def classify(cfg: DictConfig, predictor: Predictor, out_dir: Path) -> list[dict]
                 ],
                 **(attention_fields(*views[row]) if views else {}),
             )
+    predictor.model.cpu()
     return results
 
 
