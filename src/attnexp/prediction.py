@@ -218,8 +218,8 @@ def predict(cfg: DictConfig, raw: dict[str, str]) -> list[dict]:
     for name, predictor in predictors.items():
         figures_dir = out_dir if name is None else out_dir / folders[name]
         # compare.html shades the weights whether or not predictions.jsonl keeps them
-        weights = cfg.attention or (name is not None and cfg.figures)
-        run_results = classify(cfg, predictor, figures_dir, weights)
+        with_attention = cfg.attention or (name is not None and cfg.figures)
+        run_results = classify(cfg, predictor, figures_dir, with_attention)
         results += [r if name is None else {"run": name, **r} for r in run_results]
         log.info("checkpoint %s (run %s)", predictor.ckpt, predictor.run_dir)
     with open(out_dir / PREDICTIONS_FILE, "w", encoding="utf-8") as f:
@@ -282,9 +282,9 @@ def run_caption(run: Run) -> str:
 
 
 def figure_folders(run_names: list[str]) -> dict[str, str]:
-    """Each run's folder for its figures, one level below out_dir (check_out_dir finds earlier
-    outputs there): its name, a run 3 levels down as `a__b__c`; a name that comes out as an
-    earlier run's (`a/b` and `a__b`) gets `~2` after it, so no run's figures replace another's."""
+    """Each run's folder for its figures, one level below out_dir (check_figure_folders: a new
+    one): its name, a run 3 levels down as `a__b__c`; a name that comes out as an earlier run's
+    (`a/b` and `a__b`) gets `~2` after it, so no run's figures replace another's."""
     folders: dict[str, str] = {}
     for name in run_names:
         folder = base = name.replace("/", "__")
@@ -325,9 +325,11 @@ def load_predictor(cfg: DictConfig, raw: dict[str, str], ckpt_path: str | Path) 
     return Predictor(run_dir, ckpt, datamodule, model, examples)
 
 
-def classify(cfg: DictConfig, predictor: Predictor, out_dir: Path, weights: bool) -> list[dict]:
-    """Each example's label, probabilities, notes, figure files and (`weights`, for a model with
-    attention) tokens and attention weights; the figures go to `out_dir`. The model is on
+def classify(
+    cfg: DictConfig, predictor: Predictor, out_dir: Path, with_attention: bool
+) -> list[dict]:
+    """Each example's label, probabilities, notes, figure files and (`with_attention`, for a model
+    with attention) tokens and attention weights; the figures go to `out_dir`. The model is on
     `cfg.device` while it classifies: a comparison holds one run's model there at a time."""
     datamodule, examples = predictor.datamodule, predictor.examples
     model = predictor.model.to(cfg.device)
@@ -349,7 +351,7 @@ def classify(cfg: DictConfig, predictor: Predictor, out_dir: Path, weights: bool
         if any(stems) and attention is not None:  # a model without attention draws nothing
             out_dir.mkdir(parents=True, exist_ok=True)
         files = datamodule.prediction_figures(batch, probs, attention, stems) if any(stems) else []
-        views = datamodule.prediction_attention(batch, attention) if weights else []
+        views = datamodule.prediction_attention(batch, attention) if with_attention else []
         for row, i in enumerate(chunk):
             label = int(probs[row].argmax())
             results[i].update(
