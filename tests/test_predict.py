@@ -618,3 +618,49 @@ def test_a_comparison_leaves_out_evaluations_and_shows_max_figures(runs_folder, 
     assert "example 0: a great film" in page and "example 1:" not in page
     # attention=false keeps the weights out of predictions.jsonl, not out of the page
     assert "<b>pooling</b>" in page and "attention" not in (out / "predictions.jsonl").read_text()
+
+
+def test_an_out_dir_under_home_is_checked_where_it_is_written(
+    run_dir, capsys, tmp_path, monkeypatch
+):
+    """out_dir='~/p' was checked as ~/p and written as ./~/p: from inside a run, into the run,
+    and over the earlier prediction there, whose check had looked elsewhere."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(run_dir)
+    args = [f"ckpt_path={run_dir}", "text=a great film", "out_dir='~/p'"]
+    assert predict(capsys, *args)[0] == 0
+    assert (tmp_path / "home" / "p" / "predictions.jsonl").is_file()
+    assert not (run_dir / "~").exists()
+    rc, _, err = predict(capsys, *args)
+    assert rc == 2 and f"out_dir={tmp_path / 'home' / 'p'} already holds predict outputs" in err
+
+
+def test_a_dangling_link_in_out_dir_is_not_written_through(run_dir, capsys, tmp_path):
+    """Written through, a dangling predictions.jsonl link made its target: a file in a run."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "predictions.jsonl").symlink_to(run_dir / "predictions.jsonl")
+    rc, _, err = predict(capsys, f"ckpt_path={run_dir}", "text=hi", f"out_dir={out}")
+    assert rc == 2 and "already holds predict outputs (predictions.jsonl)" in err
+    assert not (run_dir / "predictions.jsonl").exists()
+
+
+@pytest.mark.parametrize("value", ["", "null"])
+def test_an_empty_ckpt_path_is_no_folder_of_runs(run_dir, capsys, tmp_path, monkeypatch, value):
+    """ckpt_path= (empty) read as the current folder: every run below it was compared."""
+    monkeypatch.chdir(run_dir.parent)
+    rc, _, err = predict(capsys, f"ckpt_path={value}", "text=hi", f"out_dir={tmp_path / 'o'}")
+    assert rc == 2 and "names no path: give ckpt_path=" in err and not (tmp_path / "o").exists()
+
+
+def test_the_default_out_dir_inside_a_run_names_paths_log_dir(run_dir, capsys):
+    rc, _, err = predict(capsys, f"ckpt_path={run_dir}", "text=hi", f"paths.log_dir={run_dir}")
+    assert rc == 2 and f"is in the run {run_dir}" in err and "set paths.log_dir=" in err
+    assert "drop out_dir=" not in err and not (run_dir / "predictions").exists()
+
+
+def test_a_comparison_without_inputs_blames_no_run(runs_folder, capsys, tmp_path):
+    rc, _, err = predict(capsys, f"ckpt_path={runs_folder}")
+    assert rc == 2 and err.startswith("error: nothing to predict: give the runs' inputs")
+    rc, _, err = predict(capsys, f"ckpt_path={runs_folder}", f"texts_file={tmp_path / 'none'}")
+    assert rc == 2 and err.startswith(f"error: texts_file={tmp_path / 'none'} does not exist")

@@ -42,6 +42,12 @@ def given_ckpt_path(cfg: DictConfig) -> str:
     """`ckpt_path=` of an evaluate or predict command, which has no default."""
     if OmegaConf.is_missing(cfg, "ckpt_path"):
         raise ConfigError("ckpt_path is missing: give ckpt_path=<a run dir or a .ckpt file>")
+    if cfg.ckpt_path is None or not str(cfg.ckpt_path).strip():
+        # an empty one read as the current folder: predict compared every run below it
+        raise ConfigError(
+            f"ckpt_path={'null' if cfg.ckpt_path is None else repr(cfg.ckpt_path)} names no path: "
+            f"give ckpt_path=<a run dir or a .ckpt file>"
+        )
     return str(cfg.ckpt_path)
 
 

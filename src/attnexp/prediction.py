@@ -64,9 +64,10 @@ def check_settings(cfg: DictConfig) -> None:
         )
 
 
-def check_out_dir(out_dir: Path) -> None:
+def check_out_dir(out_dir: Path, given: bool = True) -> None:
     """Predictions go to a folder of their own: never over an earlier prediction's files, never
-    into a training run (its dir or a folder below it), where they would mix with the run's."""
+    into a training run (its dir or a folder below it), where they would mix with the run's.
+    `given`: out_dir= was set (else it is the default one under paths.log_dir)."""
     out_dir = out_dir.expanduser().resolve()
     blocker = not_a_folder(out_dir)
     if blocker is not None:
@@ -75,6 +76,12 @@ def check_out_dir(out_dir: Path) -> None:
             f"(give a new folder, out_dir=..., or set paths.log_dir=<a folder> for the default one)"
         )
     run_dir = run_holding(out_dir)
+    if run_dir is not None and not given:
+        raise ConfigError(
+            f"out_dir={out_dir} (the default one, under paths.log_dir) is in the run {run_dir}; "
+            f"predict does not write into runs: set paths.log_dir=<a folder outside runs>, or "
+            f"give out_dir=<a folder outside it>"
+        )
     if run_dir is not None:
         raise ConfigError(
             f"out_dir={out_dir} is in the run {run_dir}; predict does not write into runs: give "
@@ -88,7 +95,7 @@ def check_out_dir(out_dir: Path) -> None:
             out_dir / COMPARE_FILE,
             *out_dir.glob("example[0-9]*"),
         )
-        if p.exists()
+        if p.exists() or p.is_symlink()  # a dangling link: written through, it made its target
     ]
     if earlier:
         raise ConfigError(
@@ -130,13 +137,17 @@ def load_model(
     return datamodule, model.eval()
 
 
-def texts_file_lines(path: Path) -> list[str]:
+def check_texts_file(path: Path) -> None:
     if path.is_dir():
         raise ConfigError(
             f"texts_file={path} is a directory (give a file with one example per line)"
         )
     if not path.is_file():
         raise ConfigError(f"texts_file={path} does not exist")
+
+
+def texts_file_lines(path: Path) -> list[str]:
+    check_texts_file(path)
     return read_lines(path, "texts_file")
 
 
@@ -203,8 +214,8 @@ def predict(cfg: DictConfig, raw: dict[str, str]) -> list[dict]:
     given_dir = cfg.out_dir is not None
     out_dir = (
         Path(cfg.out_dir) if given_dir else Path(cfg.paths.log_dir) / "predictions" / new_run_name()
-    )
-    check_out_dir(out_dir)
+    ).expanduser()  # checked and written alike: "~/x" was checked as ~/x, written as ./~/x
+    check_out_dir(out_dir, given_dir)
     runs = runs_to_compare(Path(cfg.ckpt_path).expanduser())
     if runs is None:
         predictors = {None: load_predictor(cfg, raw, cfg.ckpt_path)}
@@ -262,6 +273,15 @@ def runs_to_compare(path: Path) -> list[Run] | None:
 def load_compared(cfg: DictConfig, raw: dict[str, str], runs: list[Run]) -> dict[str, Predictor]:
     """Each run loaded for the same inputs, by name, before anything is written: one refused
     refuses the comparison."""
+    # what is wrong with the command itself is said as such, not as the first run's refusal
+    if not raw and cfg.texts_file is None:
+        raise ConfigError(
+            f"nothing to predict: give the runs' inputs (text=..., or text_a=... text_b=... for "
+            f"pair models) or texts_file=<file>; ckpt_path={cfg.ckpt_path} reads the same inputs "
+            f"with every run"
+        )
+    if cfg.texts_file is not None:
+        check_texts_file(Path(cfg.texts_file).expanduser())
     predictors = {}
     for run in runs:
         try:
@@ -301,7 +321,11 @@ def check_figure_folders(out_dir: Path, folders: Iterable[str]) -> None:
     runs itself put figures into the runs, and an interrupted comparison's figures would be
     drawn over."""
     out_dir = out_dir.expanduser().resolve()
-    there = [folder for folder in folders if (out_dir / folder).exists()]
+    there = [
+        folder
+        for folder in folders
+        if (out_dir / folder).exists() or (out_dir / folder).is_symlink()  # dangling: mkdir fails
+    ]
     if there:
         runs = " (runs)" if all(holds_run(out_dir / folder) for folder in there) else ""
         raise ConfigError(
