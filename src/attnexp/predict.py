@@ -15,9 +15,11 @@ a new folder, never one holding an earlier prediction or inside a training run.
 The exit status is 2 when no input could be classified.
 
 `ckpt_path=<a folder of runs>` (a multirun dir, say) compares them: each completed run's best
-checkpoint reads the same inputs, its figures go to `<out_dir>/<run name>/` (a name's "/" as "__";
-so out_dir must not be the folder of runs itself), every line of predictions.jsonl names its `run`,
-and `compare.html` shows, per example, each run's label and attention one under another.
+checkpoint reads the same inputs, its figures go to `<out_dir>/<run name>/` (a name's "/" as "__",
+"~2" after a name that comes out as an earlier run's), which must not exist yet (with figures=false
+none is made), so out_dir=<the folder of runs itself> is refused; every line of predictions.jsonl
+names its `run`, and `compare.html` shows, per example, each run's label and attention one under
+another.
 
 This module is the command line: `--help` and a key predict.yaml lacks are answered in a fraction
 of a second. torch and Lightning come with `attnexp.prediction`, imported once a prediction starts.
