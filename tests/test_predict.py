@@ -15,6 +15,7 @@ from lcqmc_data import write_lcqmc
 from omegaconf import OmegaConf
 
 from attnexp.checkpoints import load_run_config, longer_than_trained
+from attnexp.data.text_classification import TextClassificationDataModule
 from attnexp.predict import main, split_args
 
 SHORT_TRAINING = (
@@ -664,3 +665,19 @@ def test_a_comparison_without_inputs_blames_no_run(runs_folder, capsys, tmp_path
     assert rc == 2 and err.startswith("error: nothing to predict: give the runs' inputs")
     rc, _, err = predict(capsys, f"ckpt_path={runs_folder}", f"texts_file={tmp_path / 'none'}")
     assert rc == 2 and err.startswith(f"error: texts_file={tmp_path / 'none'} does not exist")
+
+
+def test_attention_false_without_figures_computes_no_weights(
+    run_dir, capsys, tmp_path, monkeypatch
+):
+    """The per-token weights are worked out only where predictions.jsonl keeps them or a figure
+    draws them."""
+
+    def refuse(*args):
+        raise AssertionError("prediction_attention called")
+
+    monkeypatch.setattr(TextClassificationDataModule, "prediction_attention", refuse)
+    args = [f"ckpt_path={run_dir}", "text=a great film", "figures=false"]
+    assert predict(capsys, *args, "attention=false", f"out_dir={tmp_path / 'a'}")[0] == 0
+    with pytest.raises(AssertionError, match="prediction_attention called"):
+        predict(capsys, *args, f"out_dir={tmp_path / 'b'}")

@@ -76,17 +76,17 @@ def check_out_dir(out_dir: Path, given: bool = True) -> None:
             f"(give a new folder, out_dir=..., or set paths.log_dir=<a folder> for the default one)"
         )
     run_dir = run_holding(out_dir)
-    if run_dir is not None and not given:
-        raise ConfigError(
-            f"out_dir={out_dir} (the default one, under paths.log_dir) is in the run {run_dir}; "
-            f"predict does not write into runs: set paths.log_dir=<a folder outside runs>, or "
-            f"give out_dir=<a folder outside it>"
-        )
     if run_dir is not None:
+        advice = (
+            "give a folder outside it (out_dir=...), or drop out_dir= for a fresh one under "
+            "paths.log_dir/predictions"
+            if given
+            else "set paths.log_dir=<a folder outside runs>, or give out_dir=<a folder outside it>"
+        )
+        whose = "" if given else " (the default one, under paths.log_dir)"
         raise ConfigError(
-            f"out_dir={out_dir} is in the run {run_dir}; predict does not write into runs: give "
-            f"a folder outside it (out_dir=...), or drop out_dir= for a fresh one under "
-            f"paths.log_dir/predictions"
+            f"out_dir={out_dir}{whose} is in the run {run_dir}; predict does not write into runs: "
+            f"{advice}"
         )
     earlier = [
         str(p.relative_to(out_dir))
