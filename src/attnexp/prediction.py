@@ -5,6 +5,7 @@ predictions.jsonl and the attention figures.
 
 import json
 import logging
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,7 +96,7 @@ def check_out_dir(out_dir: Path, given: bool = True) -> None:
             out_dir / COMPARE_FILE,
             *out_dir.glob("example[0-9]*"),
         )
-        if p.exists() or p.is_symlink()  # a dangling link: written through, it made its target
+        if os.path.lexists(p)  # a dangling link too: written through, it would make its target
     ]
     if earlier:
         raise ConfigError(
@@ -214,7 +215,7 @@ def predict(cfg: DictConfig, raw: dict[str, str]) -> list[dict]:
     given_dir = cfg.out_dir is not None
     out_dir = (
         Path(cfg.out_dir) if given_dir else Path(cfg.paths.log_dir) / "predictions" / new_run_name()
-    ).expanduser()  # checked and written alike: "~/x" was checked as ~/x, written as ./~/x
+    ).expanduser()  # once, so the folder checked is the folder written
     check_out_dir(out_dir, given_dir)
     runs = runs_to_compare(Path(cfg.ckpt_path).expanduser())
     if runs is None:
@@ -321,11 +322,7 @@ def check_figure_folders(out_dir: Path, folders: Iterable[str]) -> None:
     runs itself put figures into the runs, and an interrupted comparison's figures would be
     drawn over."""
     out_dir = out_dir.expanduser().resolve()
-    there = [
-        folder
-        for folder in folders
-        if (out_dir / folder).exists() or (out_dir / folder).is_symlink()  # dangling: mkdir fails
-    ]
+    there = [folder for folder in folders if os.path.lexists(out_dir / folder)]  # links too
     if there:
         runs = " (runs)" if all(holds_run(out_dir / folder) for folder in there) else ""
         raise ConfigError(
