@@ -65,7 +65,7 @@ def check_settings(cfg: DictConfig) -> None:
         )
 
 
-def check_out_dir(out_dir: Path, given: bool = True) -> None:
+def check_out_dir(out_dir: Path, given: bool) -> None:
     """Predictions go to a folder of their own: never over an earlier prediction's files, never
     into a training run (its dir or a folder below it), where they would mix with the run's.
     `given`: out_dir= was set (else it is the default one under paths.log_dir)."""
