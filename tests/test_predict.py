@@ -1,6 +1,7 @@
 """`python -m attnexp.predict` on a tiny trained run: labels, figures, edge-case inputs; and on a
 folder of runs, compared."""
 
+import importlib.util
 import json
 import re
 import shutil
@@ -681,3 +682,22 @@ def test_attention_false_without_figures_computes_no_weights(
     assert predict(capsys, *args, "attention=false", f"out_dir={tmp_path / 'a'}")[0] == 0
     with pytest.raises(AssertionError, match="prediction_attention called"):
         predict(capsys, *args, f"out_dir={tmp_path / 'b'}")
+
+
+def test_mhsa_scores_analysis_recomputes_the_models_own_weights(run_dir, tmp_path):
+    """docs/analysis/mhsa_scores.py: its scores, recomputed from the run's query and key
+    projections, softmax to the weights the model returns (peak per text)."""
+    path = Path(__file__).parents[1] / "docs" / "analysis" / "mhsa_scores.py"
+    spec = importlib.util.spec_from_file_location("mhsa_scores", path)
+    analysis = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(analysis)
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a great film\nthe plot was dull and the acting even worse\n")
+    found = analysis.mhsa_scores(str(run_dir), str(texts))
+    weights, mask = found["model_weights"], found["mask"]
+    assert [row["tokens"] for row in found["trained"]] == mask.sum(-1).tolist()
+    for b, row in enumerate(found["trained"]):
+        n = row["tokens"]
+        assert row["peak_vs_uniform"] == pytest.approx(float(weights[b, :, :n, :n].max() * n))
+        assert row["score_spread"] > 0 and found["xavier_start"][b]["score_spread"] > 0
+    assert found["input_rms"] > 0
