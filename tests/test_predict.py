@@ -684,6 +684,27 @@ def test_attention_false_without_figures_computes_no_weights(
         predict(capsys, *args, f"out_dir={tmp_path / 'b'}")
 
 
+def test_weights_drawn_and_kept_are_worked_out_once(run_dir, capsys, tmp_path, monkeypatch):
+    """Figures and predictions.jsonl share one prediction_attention per batch (the figures
+    worked it out a second time)."""
+    calls = []
+    original = TextClassificationDataModule.prediction_attention
+
+    def counted(self, *args):
+        calls.append(1)
+        return original(self, *args)
+
+    monkeypatch.setattr(TextClassificationDataModule, "prediction_attention", counted)
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a great film\na dull film\n")
+    args = [f"ckpt_path={run_dir}", f"texts_file={texts}", f"out_dir={tmp_path / 'out'}"]
+    assert predict(capsys, *args)[0] == 0
+    assert len(calls) == 1  # one batch of two texts
+    (tmp_path / "out" / "example0001.html").read_text()  # both drawn, from that one call
+    rows = (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()
+    assert all("attention" in json.loads(row) for row in rows)
+
+
 def test_mhsa_scores_analysis_recomputes_the_models_own_weights(run_dir, tmp_path):
     """docs/analysis/mhsa_scores.py: its scores, recomputed from the run's query and key
     projections, softmax to the weights the model returns (peak per text)."""
@@ -701,3 +722,26 @@ def test_mhsa_scores_analysis_recomputes_the_models_own_weights(run_dir, tmp_pat
         assert row["peak_vs_uniform"] == pytest.approx(float(weights[b, :, :n, :n].max() * n))
         assert row["score_spread"] > 0 and found["xavier_start"][b]["score_spread"] > 0
     assert found["input_rms"] > 0
+
+
+def test_a_comparison_reads_its_texts_file_once(runs_folder, capsys, tmp_path, monkeypatch):
+    """Every run gets the lines read once; a file that cannot be read is said as such, not as
+    the first run's refusal."""
+    import attnexp.prediction
+
+    reads = []
+    original = attnexp.prediction.read_lines
+
+    def counted(*args):
+        reads.append(args)
+        return original(*args)
+
+    monkeypatch.setattr(attnexp.prediction, "read_lines", counted)
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a great film\n")
+    args = [f"ckpt_path={runs_folder}", f"texts_file={texts}", "figures=false"]
+    assert predict(capsys, *args, f"out_dir={tmp_path / 'a'}")[0] == 0
+    assert len(reads) == 1
+    texts.write_bytes(b"a great film \xff\n")
+    rc, _, err = predict(capsys, *args, f"out_dir={tmp_path / 'b'}")
+    assert rc == 2 and err.startswith(f"error: {texts} is not UTF-8 text") and "0_dot" not in err

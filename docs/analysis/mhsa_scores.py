@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from attnexp.modules.masking import masked_softmax
 from attnexp.modules.mhsa import MultiHeadSelfAttention
-from attnexp.prediction import load_predictor
+from attnexp.prediction import load_predictor, texts_file_lines
 
 
 def row_scores(
@@ -53,10 +53,8 @@ def summarise(scores: torch.Tensor, mask: torch.Tensor) -> list[dict]:
 @torch.no_grad()
 def mhsa_scores(run: str, texts_file: str) -> dict:
     cfg = OmegaConf.create({"texts_file": texts_file, "overrides": []})
-    predictor = load_predictor(cfg, {}, run)
-    attention = next(
-        m for m in predictor.model.modules() if isinstance(m, MultiHeadSelfAttention)
-    )
+    predictor = load_predictor(cfg, {}, texts_file_lines(cfg), run)
+    attention = next(m for m in predictor.model.modules() if isinstance(m, MultiHeadSelfAttention))
     inputs = {}
     hook = attention.register_forward_hook(lambda _m, args, _out: inputs.update(x=args[0]))
     batch = predictor.datamodule.encode_raw(predictor.examples)

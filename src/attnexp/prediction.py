@@ -138,25 +138,30 @@ def load_model(
     return datamodule, model.eval()
 
 
-def check_texts_file(path: Path) -> None:
+def texts_file_lines(cfg: DictConfig) -> list[str] | None:
+    """The lines of `texts_file` (None where none is given), read once: a comparison gives the
+    same lines to every run."""
+    if cfg.texts_file is None:
+        return None
+    path = Path(cfg.texts_file).expanduser()
     if path.is_dir():
         raise ConfigError(
             f"texts_file={path} is a directory (give a file with one example per line)"
         )
     if not path.is_file():
         raise ConfigError(f"texts_file={path} does not exist")
-
-
-def texts_file_lines(path: Path) -> list[str]:
-    check_texts_file(path)
     return read_lines(path, "texts_file")
 
 
 def read_examples(
-    cfg: DictConfig, raw: dict[str, str], fields: tuple[str, ...], model_name: str | None
+    cfg: DictConfig,
+    raw: dict[str, str],
+    lines: list[str] | None,
+    fields: tuple[str, ...],
+    model_name: str | None,
 ) -> list[dict[str, str]]:
-    """The example given as arguments, then one per `texts_file` line; a blank line is an
-    example with empty fields (a "no prediction" row, the file goes on)."""
+    """The example given as arguments, then one per line of `texts_file` (its `lines`); a blank
+    line is an example with empty fields (a "no prediction" row, the file goes on)."""
     other = [k for k in raw if k not in fields]
     if other:
         raise ConfigError(
@@ -172,9 +177,9 @@ def read_examples(
                 f"missing {', '.join(f'{m}=...' for m in missing)} (this model reads {', '.join(fields)})"
             )
         examples.append({f: raw[f] for f in fields})
-    if cfg.texts_file is not None:
+    if lines is not None:
         path = Path(cfg.texts_file).expanduser()
-        for number, line in enumerate(texts_file_lines(path), 1):
+        for number, line in enumerate(lines, 1):
             if not line.strip():
                 parts = [""] * len(fields)
             else:
@@ -184,7 +189,7 @@ def read_examples(
                     f"{path}:{number}: {len(parts)} tab-separated field(s), expected {len(fields)} ({', '.join(fields)})"
                 )
             examples.append(dict(zip(fields, parts, strict=True)))
-    if not examples and cfg.texts_file is not None:
+    if not examples and lines is not None:
         raise ConfigError(
             f"texts_file={cfg.texts_file} holds no lines to classify (give a file with one "
             f"example per line, or {' '.join(f'{f}=...' for f in fields)})"
@@ -217,14 +222,15 @@ def predict(cfg: DictConfig, raw: dict[str, str]) -> list[dict]:
         Path(cfg.out_dir) if given_dir else Path(cfg.paths.log_dir) / "predictions" / new_run_name()
     ).expanduser()  # once, so the folder checked is the folder written
     check_out_dir(out_dir, given_dir)
+    lines = texts_file_lines(cfg)
     runs = runs_to_compare(Path(cfg.ckpt_path).expanduser())
     if runs is None:
-        predictors = {None: load_predictor(cfg, raw, cfg.ckpt_path)}
+        predictors = {None: load_predictor(cfg, raw, lines, cfg.ckpt_path)}
     else:  # a refused run leaves no half-written output
         folders = figure_folders([run.name for run in runs])
         if cfg.figures:
             check_figure_folders(out_dir, folders.values())
-        predictors = load_compared(cfg, raw, runs)
+        predictors = load_compared(cfg, raw, lines, runs)
     out_dir.mkdir(parents=True, exist_ok=given_dir)  # the default one is always new
     results = []
     for name, predictor in predictors.items():
@@ -271,22 +277,22 @@ def runs_to_compare(path: Path) -> list[Run] | None:
     return completed
 
 
-def load_compared(cfg: DictConfig, raw: dict[str, str], runs: list[Run]) -> dict[str, Predictor]:
+def load_compared(
+    cfg: DictConfig, raw: dict[str, str], lines: list[str] | None, runs: list[Run]
+) -> dict[str, Predictor]:
     """Each run loaded for the same inputs, by name, before anything is written: one refused
     refuses the comparison."""
     # what is wrong with the command itself is said as such, not as the first run's refusal
-    if not raw and cfg.texts_file is None:
+    if not raw and lines is None:
         raise ConfigError(
             f"nothing to predict: give the runs' inputs (text=..., or text_a=... text_b=... for "
             f"pair models) or texts_file=<file>; ckpt_path={cfg.ckpt_path} reads the same inputs "
             f"with every run"
         )
-    if cfg.texts_file is not None:
-        check_texts_file(Path(cfg.texts_file).expanduser())
     predictors = {}
     for run in runs:
         try:
-            predictors[run.name] = load_predictor(cfg, raw, run.path)
+            predictors[run.name] = load_predictor(cfg, raw, lines, run.path)
         except ConfigError as err:
             raise ConfigError(
                 f"{run.name}: {err}; ckpt_path={cfg.ckpt_path} compares every completed run "
@@ -332,14 +338,17 @@ def check_figure_folders(out_dir: Path, folders: Iterable[str]) -> None:
         )
 
 
-def load_predictor(cfg: DictConfig, raw: dict[str, str], ckpt_path: str | Path) -> Predictor:
+def load_predictor(
+    cfg: DictConfig, raw: dict[str, str], lines: list[str] | None, ckpt_path: str | Path
+) -> Predictor:
+    """A run loaded for `raw` and the `texts_file_lines`, each read as the run's model reads."""
     run_cfg, choices, run_dir, ckpt = load_run(ckpt_path, list(cfg.overrides))
     longer = longer_than_trained(run_dir, run_cfg)
     if longer is not None:
         log.warning(longer)
     check_config(run_cfg, choices)
     model_name = choices.get("model")
-    examples = read_examples(cfg, raw, raw_fields_of(run_cfg, model_name), model_name)
+    examples = read_examples(cfg, raw, lines, raw_fields_of(run_cfg, model_name), model_name)
     weights = read_weights(ckpt)  # not a checkpoint: said before, not as a run setting
     with run_settings_hint("predict"):
         datamodule, model = load_model(run_cfg, run_dir, ckpt, weights)
@@ -369,10 +378,14 @@ def classify(
             out_dir / f"example{i:04d}" if cfg.figures and i < cfg.max_figures else None
             for i in chunk
         ]
-        if any(stems) and attention is not None:  # a model without attention draws nothing
+        drawn = any(stems)
+        if drawn and attention is not None:  # a model without attention draws nothing
             out_dir.mkdir(parents=True, exist_ok=True)
-        files = datamodule.prediction_figures(batch, probs, attention, stems) if any(stems) else []
-        views = datamodule.prediction_attention(batch, attention) if with_attention else []
+        # each token's weight per view, worked out once for the figures and the results
+        views = datamodule.prediction_attention(batch, attention) if with_attention or drawn else []
+        files = (
+            datamodule.prediction_figures(batch, probs, attention, views, stems) if drawn else []
+        )
         for row, i in enumerate(chunk):
             label = int(probs[row].argmax())
             results[i].update(
@@ -383,7 +396,7 @@ def classify(
                 files=[
                     str(f) for f in files if stems[row] is not None and f.stem == stems[row].name
                 ],
-                **(attention_fields(*views[row]) if views else {}),
+                **(attention_fields(*views[row]) if views and with_attention else {}),
             )
     predictor.model.cpu()
     return results

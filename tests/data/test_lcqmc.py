@@ -277,9 +277,9 @@ def test_raw_inputs_for_predict(tmp_path, monkeypatch):
     assert dm.prediction_label(1) == "similar" and dm.prediction_label(0) == "not similar"
     attention = [torch.softmax(torch.randn(2, 2, 12, 12), -1)]
     monkeypatch.chdir(tmp_path)
-    files = dm.prediction_figures(
-        batch, torch.tensor([[0.3, 0.7], [0.6, 0.4]]), attention, [tmp_path / "ex0", None]
-    )
+    views = dm.prediction_attention(batch, attention)
+    probs = torch.tensor([[0.3, 0.7], [0.6, 0.4]])
+    files = dm.prediction_figures(batch, probs, attention, views, [tmp_path / "ex0", None])
     assert [f.name for f in files] == ["ex0.png", "ex0.html"]
     assert all(f.stat().st_size > 0 for f in files) and not list(tmp_path.glob("None*"))
     assert "layer 1 head 2" in (tmp_path / "ex0.html").read_text(encoding="utf-8")

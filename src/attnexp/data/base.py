@@ -144,13 +144,15 @@ class AttnDataModule(pl.LightningDataModule):
         batch: dict[str, torch.Tensor],
         probs: torch.Tensor,
         attention: Any,
+        views: list[tuple[list[str], dict[str, torch.Tensor]]],
         out_stems: list[Path | None],
     ) -> list[Path]:
         """Draw example i's attention to files `out_stems[i]`.png/.html/... (None: skip it); returns
         the paths written.
 
         batch: from `encode_raw`; probs (B, classes); attention: what the model returned with
-        `return_attention=True` (None: nothing to draw).
+        `return_attention=True` (None: nothing to draw); views: `prediction_attention(batch,
+        attention)`, worked out once by the caller, which also keeps them.
         """
         return []
 

@@ -473,7 +473,7 @@ class LCQMCDataModule(AttnDataModule):
         return examples
 
     def prediction_figures(
-        self, batch: dict, probs: torch.Tensor, attention, out_stems: list[Path | None]
+        self, batch: dict, probs: torch.Tensor, attention, views: list, out_stems: list[Path | None]
     ) -> list[Path]:
         """Per pair: a PNG of layers x heads heatmaps over its tokens, and an HTML page of the
         attention each token receives (per layer and head)."""
@@ -483,8 +483,7 @@ class LCQMCDataModule(AttnDataModule):
         if attention is None:
             return []
         written = []
-        examples = self.prediction_attention(batch, attention)
-        for b, ((tokens, per_view), stem) in enumerate(zip(examples, out_stems, strict=True)):
+        for b, ((tokens, per_view), stem) in enumerate(zip(views, out_stems, strict=True)):
             if stem is None:
                 continue
             maps = [layer[b, :, : len(tokens), : len(tokens)] for layer in attention]

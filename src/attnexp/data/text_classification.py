@@ -504,7 +504,7 @@ class TextClassificationDataModule(AttnDataModule):
         ]
 
     def prediction_figures(
-        self, batch: dict, probs: torch.Tensor, attention, out_stems: list[Path]
+        self, batch: dict, probs: torch.Tensor, attention, views: list, out_stems: list[Path]
     ) -> list[Path]:
         """Per example: a token heatmap PNG and a self-contained HTML, `<stem>.png` / `<stem>.html`."""
         from attnexp.viz.text import example_heatmap, save_prediction
@@ -512,8 +512,7 @@ class TextClassificationDataModule(AttnDataModule):
         if attention is None:
             return []
         written = []
-        examples = self.prediction_attention(batch, attention)
-        for i, ((tokens, per_view), stem) in enumerate(zip(examples, out_stems, strict=True)):
+        for i, ((tokens, per_view), stem) in enumerate(zip(views, out_stems, strict=True)):
             if stem is None:
                 continue
             title = f"{self.labels[int(probs[i].argmax())]} ({float(probs[i].max()):.3f})"
