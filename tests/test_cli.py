@@ -127,3 +127,22 @@ def test_a_sweep_of_many_failed_jobs_never_exits_with_status_0(monkeypatch, caps
         cli.cli()
     assert end.value.code == 100
     assert "256 job(s) failed:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("command", "key", "says"),
+    [
+        ("attnexp", "resume", "no checkpoints/last.ckpt in"),
+        ("attnexp.evaluate", "ckpt_path", "does not exist"),
+        ("attnexp.predict", "ckpt_path", "does not exist"),
+    ],
+)
+def test_a_sweep_jobs_dir_is_taken_unquoted(tmp_path, command, key, says):
+    """A job dir holds `=` and `,`, which Hydra parses only quoted ("mismatched input '='"):
+    each command takes it as the path it is."""
+    job = tmp_path / "sweep" / "1_scorer=dot,seed=0"
+    result, _ = run_counting_imports(
+        ["-m", command, f"{key}={job}", f"paths.log_dir={tmp_path}/outputs"], tmp_path
+    )
+    assert result.returncode == 2, result.stderr
+    assert says in result.stderr and str(job) in result.stderr, result.stderr

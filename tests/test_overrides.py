@@ -4,7 +4,7 @@ where Hydra composes the command line or fails for another reason."""
 import pytest
 from cli_helpers import run_cli
 
-from attnexp.overrides import unknown_keys
+from attnexp.overrides import quote_equals_values, unknown_keys
 
 
 @pytest.mark.parametrize(
@@ -99,3 +99,23 @@ def test_the_cli_names_the_key_meant_and_exits_2(tmp_path):
         result.stderr
     )
     assert "data.bag_size" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_values_holding_equals_are_quoted_for_hydra():
+    job = "outputs/multiruns/s/1_scorer=dot,seed=0"
+    assert quote_equals_values([f"resume={job}", f"+ckpt_path={job}"]) == [
+        f"resume='{job}'",
+        f"+ckpt_path='{job}'",
+    ]
+    as_given = [
+        "scorer=dot,additive",  # a sweep: no `=` in the value
+        "seed=1",
+        "-m",
+        "--cfg=job",  # a flag, not a key
+        "--x=a=b",
+        f"resume='{job}'",  # quoted already
+        'overrides=["data.batch_size=512"]',  # a list
+        "x=${oc.env:A=b}",  # an interpolation
+        "x=glob(a=b)",  # a sweep function
+    ]
+    assert quote_equals_values(as_given) == as_given

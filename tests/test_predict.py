@@ -745,3 +745,18 @@ def test_a_comparison_reads_its_texts_file_once(runs_folder, capsys, tmp_path, m
     texts.write_bytes(b"a great film \xff\n")
     rc, _, err = predict(capsys, *args, f"out_dir={tmp_path / 'b'}")
     assert rc == 2 and err.startswith(f"error: {texts} is not UTF-8 text") and "0_dot" not in err
+
+
+def test_a_sweep_jobs_dir_is_read_unquoted(run_dir, capsys, tmp_path):
+    """ckpt_path=<sweep>/1_scorer=dot,seed=0 as typed, with no Hydra quoting."""
+    job = tmp_path / "sweep" / "1_scorer=dot,seed=0"
+    shutil.copytree(run_dir, job)
+    rc, out, err = predict(
+        capsys,
+        f"ckpt_path={job}",
+        "text=a great film",
+        "figures=false",
+        f"out_dir={tmp_path / 'out'}",
+    )
+    assert rc == 0, err
+    assert out.split()[0] in ("positive", "negative")

@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 
 from attnexp.config import register_resolvers
 from attnexp.errors import ConfigError, exit_with
-from attnexp.overrides import unknown_keys
+from attnexp.overrides import quote_equals_values, unknown_keys
 from attnexp.runs import is_other_rank, natural_key
 from attnexp.sweeps import FAILED_JOBS
 
@@ -75,6 +75,7 @@ def missing_sweeper(args: list[str]) -> list[str]:
 
 
 def cli() -> None:
+    sys.argv[1:] = quote_equals_values(sys.argv[1:])  # resume=<a sweep job's dir>, before Hydra
     try:
         main()
     except SystemExit as end:

@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 from attnexp.checkpoints import compose_command_cfg
 from attnexp.config import register_resolvers
 from attnexp.errors import ConfigError, exit_with
+from attnexp.overrides import quote_equals_values
 from attnexp.run_record import RunRecord
 from attnexp.runs import METRICS_FILE, natural_key
 
@@ -86,5 +87,6 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    sys.argv[1:] = quote_equals_values(sys.argv[1:])  # ckpt_path=<a sweep job's dir>
     check_command_line(sys.argv[1:])
     main()

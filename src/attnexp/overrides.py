@@ -1,4 +1,5 @@
-"""Keys on a command line that the config does not have: which key was meant.
+"""The command line before and after Hydra reads it: values it cannot parse unquoted
+(`quote_equals_values`), and keys the config does not have (which key was meant).
 
 Hydra refuses `model.hiden_size=8` with "Could not override 'model.hiden_size'. To append to
 your config use +model.hiden_size=8": it names the key but not the keys there are, and its
@@ -135,3 +136,25 @@ def unknown_keys(config_name: str, argv: list[str]) -> list[str]:
             return messages
     except Exception:  # anything else: Hydra's own message stands alone
         return []
+
+
+# What a key looks like on the command line: `resume`, `paths.data_dir`, `+model.x`, `~key`.
+_KEY = re.compile(r"[+~]{0,2}\w[\w.@/-]*")
+# A value holding one of these is Hydra syntax the user wrote (quotes, lists, dicts, sweep
+# functions, interpolations): left to Hydra as given.
+_HYDRA_SYNTAX = frozenset("'\"[]{}()$\\")
+
+
+def quote_equals_values(args: list[str]) -> list[str]:
+    """Each `key=value` whose value holds `=` quoted whole for Hydra, which never takes such a
+    value unquoted ("mismatched input '='"). A sweep job's dir is named like
+    `outputs/multiruns/<sweep>/1_scorer=dot,seed=0`, so `resume=`, evaluate's and predict's
+    `ckpt_path=` given one then read it as the path it is, commas included. Every other argument
+    is returned as given."""
+    quoted = []
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if sep and "=" in value and _KEY.fullmatch(key) and not _HYDRA_SYNTAX & set(value):
+            arg = f"{key}='{value}'"
+        quoted.append(arg)
+    return quoted

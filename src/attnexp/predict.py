@@ -31,6 +31,7 @@ import sys
 from attnexp.checkpoints import compose_command_cfg
 from attnexp.config import register_resolvers
 from attnexp.errors import ConfigError
+from attnexp.overrides import quote_equals_values
 
 register_resolvers()
 
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         raw, overrides = split_args(argv, RAW_KEYS)
-        cfg = compose_command_cfg("predict", overrides)
+        cfg = compose_command_cfg("predict", quote_equals_values(overrides))
         from attnexp.prediction import predict  # torch and Lightning: not for --help or a typo
 
         results = predict(cfg, raw)
