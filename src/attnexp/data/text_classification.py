@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import torch
-from datasets import Dataset
 from matplotlib.figure import Figure
 from torch.utils.data import DataLoader
 
@@ -308,6 +307,8 @@ class TextClassificationDataModule(AttnDataModule):
             empty = sum(not text.strip() for text in part["text"])
             if empty:  # scored as they are (no words: the model sees padding only), but said
                 self.note(f"{empty} of the {len(part['text'])} {name} {self.noun} are empty")
+        from datasets import Dataset  # here, not at the top: predict never tokenizes a split
+
         self.splits = {}
         for name, part in parts.items():
             key = texts_hash(part["text"], tok_hash, self.max_seq_len, self.truncation, ENCODING)
