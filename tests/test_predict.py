@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import run_counting_imports
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from imdb_data import TINY_MODEL, train_in_process, write_imdb
@@ -760,3 +761,20 @@ def test_a_sweep_jobs_dir_is_read_unquoted(run_dir, capsys, tmp_path):
     )
     assert rc == 0, err
     assert out.split()[0] in ("positive", "negative")
+
+
+def test_predict_reads_no_split_so_imports_no_datasets(run_dir, tmp_path):
+    """HF datasets tokenizes and caches the splits; predict reads none (~0.5 s of its start)."""
+    result, imported = run_counting_imports(
+        [
+            "-m",
+            "attnexp.predict",
+            f"ckpt_path={run_dir}",
+            "text=a great film",
+            "figures=false",
+            f"out_dir={tmp_path / 'out'}",
+        ],
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "torch" in imported and "datasets" not in imported
