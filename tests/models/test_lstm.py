@@ -23,6 +23,9 @@ MODELS = {  # each takes further model settings as keywords
         V, 2, scorer=DotScorer, embed_dim=8, hidden_size=4, num_layers=2, **kw
     ),
     "mhsa": lambda **kw: LSTMSelfAttention(V, 2, heads=2, embed_dim=8, hidden_size=4, **kw),
+    "mhsa_norm": lambda **kw: LSTMSelfAttention(
+        V, 2, heads=2, attn_norm="layer", embed_dim=8, hidden_size=4, **kw
+    ),
     "simple": lambda **kw: LSTMSelfAttention(
         V, 2, attention="simple", embed_dim=8, hidden_size=4, **kw
     ),
@@ -169,6 +172,8 @@ def test_config_errors():
             LSTMSelfAttention(V, 2, heads=heads, hidden_size=4)
     with pytest.raises(ConfigError, match="model.attention"):
         LSTMSelfAttention(V, 2, attention="cosine")
+    with pytest.raises(ConfigError, match=r"model.attn_norm 'batch' is not one of none, layer"):
+        LSTMSelfAttention(V, 2, heads=2, hidden_size=4, attn_norm="batch")
     for key in ("dropout", "embed_dropout", "attn_dropout"):
         with pytest.raises(ConfigError, match=rf"model.{key}=1.5 must be a rate from 0 \(incl"):
             LSTMSelfAttention(V, 2, heads=2, hidden_size=4, **{key: 1.5})
@@ -193,6 +198,23 @@ def test_config_errors():
         LSTMSelfAttention(V, 2, heads=2, use_lstm=False, embed_dim=8, max_seq_len=3)(
             torch.ones(1, 5, dtype=torch.long), torch.ones(1, 5, dtype=torch.bool)
         )
+
+
+def test_attn_norm_layer_gives_the_self_attention_normalised_features(batch):
+    """Each token's features reach the self-attention with mean 0 and variance 1 (LayerNorm's
+    start); with "none" they come as the BiLSTM gives them (small)."""
+    ids, real = batch
+    seen = {}
+    for norm in ("none", "layer"):
+        model = MODELS["mhsa"](attn_norm=norm)
+        model.self_attention.register_forward_hook(
+            lambda _m, args, _out, norm=norm: seen.update({norm: args[0]})
+        )
+        model(ids, real)
+    normed = seen["layer"][real]
+    assert torch.allclose(normed.mean(-1), torch.zeros(len(normed)), atol=1e-5)
+    assert torch.allclose(normed.var(-1, unbiased=False), torch.ones(len(normed)), atol=1e-3)
+    assert seen["none"][real].pow(2).mean() < 0.5
 
 
 def test_embed_init_null_is_xavier_with_the_lstm_and_normal_without():

@@ -17,6 +17,7 @@ from attnexp.modules.lstm import LSTMEncoder
 from attnexp.modules.mhsa import SimpleSelfAttention, check_heads
 
 SELF_ATTENTIONS = ("mhsa", "simple")
+ATTN_NORMS = ("none", "layer")
 
 
 class _TextClassifier(nn.Module):
@@ -133,6 +134,9 @@ class LSTMSelfAttention(_TextClassifier):
         heads: attention heads; the feature size (2 * hidden_size, or embed_dim without LSTM) must
             be divisible by it.
         attention: "mhsa" (multi-head, learned projections) or "simple" (softmax(X X^T) X).
+        attn_norm: "layer": a LayerNorm on the features before the self-attention (the scores are
+            products of two projected features, so small BiLSTM states give near-uniform
+            weights); "none": the features as they come.
         use_lstm: false: no LSTM; embeddings plus sinusoidal positions go straight to attention.
         max_seq_len: longest input (positional table size when use_lstm is false).
         embed_init: as for LSTMEncoder; None: "xavier" with the LSTM, "normal" without (the
@@ -145,6 +149,7 @@ class LSTMSelfAttention(_TextClassifier):
         num_classes: int,
         heads: int = 8,
         attention: str = "mhsa",
+        attn_norm: str = "none",
         use_lstm: bool = True,
         embed_dim: int = 128,
         hidden_size: int = 128,
@@ -179,6 +184,11 @@ class LSTMSelfAttention(_TextClassifier):
                 f"model.attention '{attention}' is not one of {', '.join(SELF_ATTENTIONS)} "
                 f"(set model.attention=...)"
             )
+        if attn_norm not in ATTN_NORMS:
+            raise ConfigError(
+                f"model.attn_norm '{attn_norm}' is not one of {', '.join(ATTN_NORMS)} "
+                f"(set model.attn_norm=...)"
+            )
         if not use_lstm and embed_init == "xavier":
             std = (2 / (vocab_size + embed_dim)) ** 0.5
             raise ConfigError(
@@ -192,6 +202,7 @@ class LSTMSelfAttention(_TextClassifier):
             del self.encoder.lstm  # only the embedding is used
             self.positions = SinusoidalPositionalEncoding(max_seq_len, embed_dim)
             self.head = nn.Linear(width, num_classes)
+        self.attn_norm = nn.LayerNorm(width) if attn_norm == "layer" else nn.Identity()
         if attention == "mhsa":
             check_heads(width, heads, "model.hidden_size" if use_lstm else "model.embed_dim")
             self.self_attention = MultiHeadSelfAttention(width, heads, dropout=attn_dropout)
@@ -207,6 +218,8 @@ class LSTMSelfAttention(_TextClassifier):
         else:
             embedded = self.encoder.embedding(input_ids) + self.positions(T)  # (B, T, E)
             features = self.encoder.embed_dropout(embedded)
-        attended, weights = self.self_attention(features, mask, need_weights=return_attention)
+        attended, weights = self.self_attention(
+            self.attn_norm(features), mask, need_weights=return_attention
+        )
         logits = self.head(self.dropout(masked_mean(attended, mask)))  # (B, classes)
         return (logits, weights) if return_attention else logits
