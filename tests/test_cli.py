@@ -146,3 +146,25 @@ def test_a_sweep_jobs_dir_is_taken_unquoted(tmp_path, command, key, says):
     )
     assert result.returncode == 2, result.stderr
     assert says in result.stderr and str(job) in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("command", ["attnexp.evaluate", "attnexp.predict"])
+def test_overrides_without_brackets_is_told_the_list_to_write(tmp_path, command):
+    """`overrides=data.batch_size=512` holds '=' but is no path: left to the commands' own hint."""
+    result, _ = run_counting_imports(
+        ["-m", command, f"ckpt_path={tmp_path}/run", "overrides=data.batch_size=512"], tmp_path
+    )
+    assert result.returncode == 2, result.stderr
+    assert """write 'overrides=["data.batch_size=512"]'""" in result.stderr, result.stderr
+
+
+def test_a_job_dir_named_by_a_swept_list_is_taken_unquoted(tmp_path):
+    """A sweep over a list (`-m data.eval_bag_sizes=[1,3],[1,5]`) names its jobs' dirs with the
+    brackets kept (`0_eval_bag_sizes=[1,3]`): such a dir is a path too."""
+    job = tmp_path / "sweep" / "0_eval_bag_sizes=[1,3]"
+    result, _ = run_counting_imports(
+        ["-m", "attnexp.evaluate", f"ckpt_path={job}", f"paths.log_dir={tmp_path}/outputs"],
+        tmp_path,
+    )
+    assert result.returncode == 2, result.stderr
+    assert f"ckpt_path={job} does not exist" in result.stderr, result.stderr

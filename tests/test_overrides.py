@@ -2,7 +2,7 @@
 where Hydra composes the command line or fails for another reason."""
 
 import pytest
-from cli_helpers import run_cli
+from cli_helpers import run_cli, run_counting_imports
 
 from attnexp.overrides import quote_equals_values, unknown_keys
 
@@ -101,21 +101,39 @@ def test_the_cli_names_the_key_meant_and_exits_2(tmp_path):
     assert "data.bag_size" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_values_holding_equals_are_quoted_for_hydra():
+def test_path_values_holding_equals_are_quoted_for_hydra():
     job = "outputs/multiruns/s/1_scorer=dot,seed=0"
-    assert quote_equals_values([f"resume={job}", f"+ckpt_path={job}"]) == [
+    listed = "outputs/multiruns/s/0_eval_bag_sizes=[1,3]"  # a swept list keeps its brackets
+    assert quote_equals_values(
+        [f"resume={job}", f"+ckpt_path={job}", f"paths.data_dir={listed}", f"out_dir={listed}"]
+    ) == [
         f"resume='{job}'",
         f"+ckpt_path='{job}'",
+        f"paths.data_dir='{listed}'",
+        f"out_dir='{listed}'",
     ]
     as_given = [
         "scorer=dot,additive",  # a sweep: no `=` in the value
         "seed=1",
         "-m",
-        "--cfg=job",  # a flag, not a key
-        "--x=a=b",
+        "--x=a=b",  # a flag, not a key
         f"resume='{job}'",  # quoted already
         'overrides=["data.batch_size=512"]',  # a list
-        "x=${oc.env:A=b}",  # an interpolation
-        "x=glob(a=b)",  # a sweep function
+        "overrides=data.batch_size=512",  # not a path: evaluate tells the list to write
+        "model.x=a=b",  # not a path: Hydra's own refusal stands
+        "ckpt_path=${oc.env:A=b}",  # an interpolation
+        "ckpt_path=[a=b]",  # a list
+        "-cd",
+        job,  # an option's value, for Hydra's argparse as it is
     ]
     assert quote_equals_values(as_given) == as_given
+
+
+def test_a_config_dir_holding_equals_is_found(tmp_path):
+    """python -m attnexp -cd <a relative dir with '='>: Hydra adds the dir as given."""
+    (tmp_path / "s" / "1_scorer=dot,seed=0").mkdir(parents=True)
+    result, _ = run_counting_imports(
+        ["-m", "attnexp", "-cd", "s/1_scorer=dot,seed=0", "--cfg", "job"], tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert "not found" not in result.stderr

@@ -138,23 +138,32 @@ def unknown_keys(config_name: str, argv: list[str]) -> list[str]:
         return []
 
 
-# What a key looks like on the command line: `resume`, `paths.data_dir`, `+model.x`, `~key`.
-_KEY = re.compile(r"[+~]{0,2}\w[\w.@/-]*")
-# A value holding one of these is Hydra syntax the user wrote (quotes, lists, dicts, sweep
-# functions, interpolations): left to Hydra as given.
-_HYDRA_SYNTAX = frozenset("'\"[]{}()$\\")
+# The keys whose value is a path, which may be a sweep job's dir (`resume=`, evaluate's and
+# predict's `ckpt_path=`, `texts_file=`, `out_dir=`, `paths.*`, Hydra's run and sweep dirs).
+_PATH_KEY = re.compile(
+    r"[+~]{0,2}(resume|ckpt_path|texts_file|out_dir|paths\.\w+|hydra\.(run|sweep)\.dir"
+    r"|data\.cache_dir)"
+)
 
 
 def quote_equals_values(args: list[str]) -> list[str]:
-    """Each `key=value` whose value holds `=` quoted whole for Hydra, which never takes such a
+    """Each path setting whose value holds `=` quoted whole for Hydra, which never takes such a
     value unquoted ("mismatched input '='"). A sweep job's dir is named like
-    `outputs/multiruns/<sweep>/1_scorer=dot,seed=0`, so `resume=`, evaluate's and predict's
-    `ckpt_path=` given one then read it as the path it is, commas included. Every other argument
-    is returned as given."""
+    `outputs/multiruns/<sweep>/1_scorer=dot,seed=0` (or `0_eval_bag_sizes=[1,3]`), so `resume=`,
+    evaluate's and predict's `ckpt_path=` given one read it as the path it is, commas and
+    brackets included. A value with quotes, an interpolation or a backslash (Hydra syntax the
+    user wrote), one that starts as a list or dict, and every other argument (`overrides=a=1`,
+    the value of `-cd <dir>`) are returned as given."""
     quoted = []
     for arg in args:
         key, sep, value = arg.partition("=")
-        if sep and "=" in value and _KEY.fullmatch(key) and not _HYDRA_SYNTAX & set(value):
+        if (
+            sep
+            and "=" in value
+            and _PATH_KEY.fullmatch(key)
+            and not set("'\"$\\") & set(value)
+            and not value.startswith(("[", "{"))
+        ):
             arg = f"{key}='{value}'"
         quoted.append(arg)
     return quoted

@@ -136,7 +136,8 @@ class LSTMSelfAttention(_TextClassifier):
         attention: "mhsa" (multi-head, learned projections) or "simple" (softmax(X X^T) X).
         attn_norm: "layer": a LayerNorm on the features before the self-attention (the scores are
             products of two projected features, so small BiLSTM states give near-uniform
-            weights); "none": the features as they come.
+            weights); "none": the features as they come. With attention="simple" (no scaling),
+            normalised features make each token attend almost only to itself.
         use_lstm: false: no LSTM; embeddings plus sinusoidal positions go straight to attention.
         max_seq_len: longest input (positional table size when use_lstm is false).
         embed_init: as for LSTMEncoder; None: "xavier" with the LSTM, "normal" without (the
