@@ -667,6 +667,11 @@ def test_a_comparison_without_inputs_blames_no_run(runs_folder, capsys, tmp_path
     assert rc == 2 and err.startswith("error: nothing to predict: give the runs' inputs")
     rc, _, err = predict(capsys, f"ckpt_path={runs_folder}", f"texts_file={tmp_path / 'none'}")
     assert rc == 2 and err.startswith(f"error: texts_file={tmp_path / 'none'} does not exist")
+    (tmp_path / "empty.txt").write_text("")
+    rc, _, err = predict(capsys, f"ckpt_path={runs_folder}", f"texts_file={tmp_path / 'empty.txt'}")
+    assert rc == 2 and err.startswith(
+        f"error: nothing to predict (texts_file={tmp_path / 'empty.txt'} holds no lines)"
+    )
 
 
 def test_attention_false_without_figures_computes_no_weights(

@@ -283,11 +283,12 @@ def load_compared(
     """Each run loaded for the same inputs, by name, before anything is written: one refused
     refuses the comparison."""
     # what is wrong with the command itself is said as such, not as the first run's refusal
-    if not raw and lines is None:
+    if not raw and not lines:
+        empty = "" if lines is None else f" (texts_file={cfg.texts_file} holds no lines)"
         raise ConfigError(
-            f"nothing to predict: give the runs' inputs (text=..., or text_a=... text_b=... for "
-            f"pair models) or texts_file=<file>; ckpt_path={cfg.ckpt_path} reads the same inputs "
-            f"with every run"
+            f"nothing to predict{empty}: give the runs' inputs (text=..., or text_a=... "
+            f"text_b=... for pair models) or texts_file=<file>; ckpt_path={cfg.ckpt_path} reads "
+            f"the same inputs with every run"
         )
     predictors = {}
     for run in runs:
