@@ -16,7 +16,8 @@ from imdb_data import TINY_MODEL, train_in_process, write_imdb
 from lcqmc_data import write_lcqmc
 from omegaconf import OmegaConf
 
-from attnexp.checkpoints import load_run_config, longer_than_trained
+from attnexp.build import build
+from attnexp.checkpoints import load_run, load_run_config, longer_than_trained
 from attnexp.data.text_classification import TextClassificationDataModule
 from attnexp.predict import main, split_args
 
@@ -783,3 +784,28 @@ def test_predict_reads_no_split_so_imports_no_datasets(run_dir, tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "torch" in imported and "datasets" not in imported
+
+
+def test_attention_words_analysis_counts_every_token_of_the_split(runs_folder):
+    """docs/analysis/attention_words.py: each view's weights are a distribution per review, every
+    real token of the split is counted once, and the words come best first."""
+    path = Path(__file__).parents[1] / "docs" / "analysis" / "attention_words.py"
+    spec = importlib.util.spec_from_file_location("attention_words", path)
+    analysis = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(analysis)
+    for run, views in (("0_dot", ["pooling"]), ("2_mhsa", ["head0", "head1"])):
+        tokenizer, found = analysis.attention_words(str(runs_folder / run), "test")
+        assert list(found) == views
+        cfg, choices, run_dir, _ = load_run(str(runs_folder / run))
+        datamodule, _ = build(cfg, choices, artifacts_dir=str(run_dir))
+        batches = list(datamodule.test_dataloader())
+        reviews = sum(len(b["mask"]) for b in batches)
+        tokens = sum(int(b["mask"].sum()) for b in batches)
+        for totals in found.values():
+            assert totals["reviews"] == reviews and int(totals["count"].sum()) == tokens
+            assert totals["mass"] == pytest.approx(reviews, rel=1e-5)
+            assert totals["peak"] >= reviews - 1e-3  # each review's peak is at least uniform
+            assert 0 <= totals["entropy"] <= totals["longer"] + 1e-6
+            words = analysis.top_words(totals, tokenizer, top=5, min_count=2)
+            assert words and all(count >= 2 for _, _, count in words)
+            assert [m for _, m, _ in words] == sorted((m for _, m, _ in words), reverse=True)
