@@ -490,6 +490,42 @@ def test_a_resume_must_build_the_config_the_run_was_made_with(compose_cfg, tmp_p
         check_same_config(cfg, run_dir, str(run_dir))
 
 
+def _saved_without(cfg, run_dir, key: str) -> None:
+    """Writes `cfg` as the run's .hydra/config.yaml, less `key` (node.name)."""
+    saved = OmegaConf.to_container(cfg, resolve=False)
+    del saved["hydra"]
+    node, name = key.split(".")
+    del saved[node][name]
+    (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
+    (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(saved))
+
+
+def test_a_key_the_run_lacks_at_its_signature_default_is_not_the_run_it_was(compose_cfg, tmp_path):
+    """A key listed after a run was made, at the default of the argument it sets, need not give
+    what the run was built with: data.epoch_order came with the default `reshuffle`
+    (LCQMCDataModule's too), while the LCQMC runs made before it trained on epoch 0's batches
+    every epoch (`repeat`, 0185c39). Such a run resumed with reshuffled batches."""
+    cfg = compose_cfg("model=transformer")
+    assert cfg.data.epoch_order == "reshuffle"
+    run_dir = tmp_path / "run"
+    _saved_without(cfg, run_dir, "data.epoch_order")
+    with pytest.raises(
+        ConfigError, match=r"\(data.epoch_order: the run's <absent>, today's reshuffle\)"
+    ):
+        check_same_config(cfg, run_dir, str(run_dir))
+
+
+def test_a_refused_resume_logs_no_error_of_its_own(compose_cfg, tmp_path, caplog):
+    """The check of a key the run lacks under a function's node (the scheduler's) refuses it
+    without an 'Error getting class' line from Hydra before the refusal."""
+    cfg = compose_cfg("model=transformer")
+    run_dir = tmp_path / "run"
+    _saved_without(cfg, run_dir, "scheduler.warmup_ratio")
+    with pytest.raises(ConfigError, match=r"scheduler.warmup_ratio: the run's <absent>"):
+        check_same_config(cfg, run_dir, str(run_dir))
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+
+
 def test_a_run_made_with_other_config_files_is_not_resumed(finished_run, tmp_path):
     """resume=<dir> and resume=auto: refused before the run's record is touched."""
     _, run_dir, _ = finished_run
