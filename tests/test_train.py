@@ -446,22 +446,29 @@ def test_a_resume_must_build_the_config_the_run_was_made_with(compose_cfg, tmp_p
     saved["paths"]["data_dir"] = "elsewhere"
     (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(saved))
     check_same_config(cfg, run_dir, str(run_dir))
-    # keys listed after the run was made, at the default of the argument they set: the run was
-    # built with that default, as today's config builds it
-    assert (
-        cfg.model.backbone == "mlp" and cfg.model.attention == "context"
-    )  # BagAttention's defaults
+    # keys at the default of the argument they set are no exception: BagAttention's backbone and
+    # attention defaults are these, and a run without them is refused all the same
+    assert cfg.model.backbone == "mlp" and cfg.model.attention == "context"
     listed_later = ("backbone", "attention")
     bare = {**saved, "model": {k: v for k, v in saved["model"].items() if k not in listed_later}}
     (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(bare))
-    check_same_config(cfg, run_dir, str(run_dir))
-    # model.hidden_size=16 (TINY) is not the default (256): a run without it was another model
-    del bare["model"]["hidden_size"]
-    (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(bare))
-    with pytest.raises(ConfigError, match=r"\(model.hidden_size: the run's <absent>, today's 16\)"):
+    with pytest.raises(
+        ConfigError, match=r"\(model.attention: the run's <absent>, today's context;"
+    ):
         check_same_config(cfg, run_dir, str(run_dir))
-    # as a run made before model.pooled_norm (null today, False in BagAttention's signature: not
-    # its default) and data.epoch_order existed wrote it
+    # model.attn_norm, listed after lstm_mhsa runs were made without it: at none, what they were
+    # built with, it is no difference; at layer, another model
+    mhsa = compose_cfg("model=lstm_mhsa")
+    assert mhsa.model.attn_norm == "none"
+    mhsa_dir = tmp_path / "mhsa"
+    _saved_without(mhsa, mhsa_dir, "model.attn_norm")
+    check_same_config(mhsa, mhsa_dir, str(mhsa_dir))
+    mhsa.model.attn_norm = "layer"
+    with pytest.raises(
+        ConfigError, match=r"\(model.attn_norm: the run's <absent>, today's layer\)"
+    ):
+        check_same_config(mhsa, mhsa_dir, str(mhsa_dir))
+    # as a run made before model.pooled_norm and data.epoch_order existed wrote it
     del saved["model"]["pooled_norm"]
     saved["data"].update(label_rule="smallest", shift=3, old_key=[1, 2], other=None, more=True)
     (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(saved))

@@ -8,7 +8,6 @@ with; it keeps the earlier record as `metrics.attempt<k>.json` before writing a 
 """
 
 import contextlib
-import inspect
 import json
 import logging
 import os
@@ -21,7 +20,6 @@ from pathlib import Path
 
 import yaml
 from hydra.experimental.callback import Callback
-from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from attnexp.errors import ConfigError, exit_with
@@ -233,27 +231,26 @@ def _shown(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _default_of_its_target(config: dict, key: str, value: object) -> bool:
-    """Whether `value`, today's setting of `key`, is the default of the argument it sets: the
-    `_target_` of the node holding `key` takes an argument of that name with that default (same
-    type). A run made before the key was listed was built with that default, as today's config
-    builds it."""
+# Keys listed in conf/ after runs were made without them, by the `_target_` of their node, with
+# the value that builds what those runs were built with: a run's config that lacks one is the same
+# where today's value is that one. A signature's default cannot say it: data.epoch_order came
+# with the default reshuffle, while the runs before it repeated epoch 0's batches. Only a key
+# whose addition kept what the runs without it did belongs here.
+LISTED_LATER = {
+    ("attnexp.models.lstm.LSTMSelfAttention", "attn_norm"): "none",
+}
+
+
+def _as_before_it_was_listed(config: dict, key: str, value: object) -> bool:
+    """Whether `value`, today's setting of `key`, builds what a run made before the key was
+    listed was built with (`LISTED_LATER`, same type)."""
     *parents, name = key.split(".")
     node = config
     for part in parents:
         node = node.get(part) if isinstance(node, dict) else None
     target = node.get("_target_") if isinstance(node, dict) else None
-    if not isinstance(target, str):
-        return False
-    try:
-        parameter = inspect.signature(get_class(target)).parameters.get(name)
-    except Exception:  # not importable today, or no signature: it cannot be told the same
-        return False
-    return (
-        parameter is not None
-        and type(parameter.default) is type(value)
-        and parameter.default == value
-    )
+    before = LISTED_LATER.get((target, name), ABSENT) if isinstance(target, str) else ABSENT
+    return before is not ABSENT and type(before) is type(value) and before == value
 
 
 def check_same_config(config: DictConfig, run_dir: Path, resume: str) -> None:
@@ -262,8 +259,8 @@ def check_same_config(config: DictConfig, run_dir: Path, resume: str) -> None:
     `RESUME_MAY_CHANGE`. A run made by an older or newer attnexp, or before conf/ was edited, went
     on as another model or on other data without a word, or ended in Lightning's traceback over
     the checkpoint's shapes. Compared unresolved: `${...}` as written, not what it gives today.
-    A key the run's config lacks is no difference where today's value is the default of the
-    argument it sets (`model.attn_norm: none`, listed after the run was made)."""
+    A key the run's config lacks is no difference where today's value builds what the run was
+    built with (`LISTED_LATER`: `model.attn_norm: none`, listed after the run was made)."""
     saved_file = run_dir / RUN_CONFIG
     try:
         saved = OmegaConf.to_container(OmegaConf.load(saved_file), resolve=False)
@@ -287,7 +284,7 @@ def check_same_config(config: DictConfig, run_dir: Path, resume: str) -> None:
         if k != RESUME_KEY
         and not k.startswith(RESUME_MAY_CHANGE)
         and theirs.get(k, ABSENT) != ours.get(k, ABSENT)
-        and not (k not in theirs and _default_of_its_target(composed, k, ours[k]))
+        and not (k not in theirs and _as_before_it_was_listed(composed, k, ours[k]))
     )
     if not differ:
         return
