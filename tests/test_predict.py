@@ -1,7 +1,6 @@
 """`python -m attnexp.predict` on a tiny trained run: labels, figures, edge-case inputs; and on a
 folder of runs, compared."""
 
-import importlib.util
 import json
 import re
 import shutil
@@ -9,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from analysis_helpers import load_analysis
 from cli_helpers import run_counting_imports
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
@@ -715,10 +715,7 @@ def test_weights_drawn_and_kept_are_worked_out_once(run_dir, capsys, tmp_path, m
 def test_mhsa_scores_analysis_recomputes_the_models_own_weights(run_dir, tmp_path):
     """docs/analysis/mhsa_scores.py: its scores, recomputed from the run's query and key
     projections, softmax to the weights the model returns (peak per text)."""
-    path = Path(__file__).parents[1] / "docs" / "analysis" / "mhsa_scores.py"
-    spec = importlib.util.spec_from_file_location("mhsa_scores", path)
-    analysis = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(analysis)
+    analysis = load_analysis("mhsa_scores")
     texts = tmp_path / "texts.txt"
     texts.write_text("a great film\nthe plot was dull and the acting even worse\n")
     found = analysis.mhsa_scores(str(run_dir), str(texts))
@@ -789,10 +786,7 @@ def test_predict_reads_no_split_so_imports_no_datasets(run_dir, tmp_path):
 def test_attention_words_analysis_counts_every_token_of_the_split(runs_folder):
     """docs/analysis/attention_words.py: each view's weights are a distribution per review, every
     real token of the split is counted once, and the words come best first."""
-    path = Path(__file__).parents[1] / "docs" / "analysis" / "attention_words.py"
-    spec = importlib.util.spec_from_file_location("attention_words", path)
-    analysis = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(analysis)
+    analysis = load_analysis("attention_words")
     for run, views in (("0_dot", ["pooling"]), ("2_mhsa", ["head0", "head1"])):
         tokenizer, found = analysis.attention_words(str(runs_folder / run), "test")
         assert list(found) == views

@@ -1,7 +1,6 @@
 """The runner end to end: a CLI run, evaluate, resume, seeded determinism and the error messages."""
 
 import gzip
-import importlib.util
 import json
 import os
 import platform
@@ -17,6 +16,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 import yaml
+from analysis_helpers import load_analysis
 from cli_helpers import TINY, run_cli
 from conftest import CONF_DIR
 from hydra.errors import ConfigCompositionException, MissingConfigException
@@ -216,10 +216,7 @@ def test_evaluate_says_when_the_data_changed_since_training(tmp_path):
 def test_attention_by_bag_size_reads_the_runs_own_test_bags(finished_run):
     """docs/analysis/bag_attention_by_size.py: the accuracies it finds on the run's test bags are
     the run's test/acc_bag{n} (TINY tests one batch per set); the weights are a distribution."""
-    path = Path(__file__).parents[1] / "docs" / "analysis" / "bag_attention_by_size.py"
-    spec = importlib.util.spec_from_file_location("bag_attention_by_size", path)
-    analysis = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(analysis)
+    analysis = load_analysis("bag_attention_by_size")
     _, run_dir, _ = finished_run
     rows = analysis.attention_by_size(str(run_dir), max_batches=1)
     metrics = read(run_dir / "metrics.json")["metrics"]
