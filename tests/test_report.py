@@ -669,6 +669,32 @@ def test_runs_of_other_configs_are_never_averaged_nor_counted_as_repeats(tmp_pat
     assert not any(r.repeat_of for r in runs)  # paths and seed never split a variant
 
 
+def test_a_run_made_before_a_key_was_listed_is_one_variant_with_the_runs_made_since(tmp_path):
+    """model.attn_norm came after lstm_mhsa runs were made: at none, the model they built
+    (LISTED_LATER). The report split them from the runs made since, and showed their value as -."""
+    mhsa = "attnexp.models.lstm.LSTMSelfAttention"
+    for name, seed, norm in (("old", 0, None), ("new", 1, "none"), ("layer", 0, "layer")):
+        model = {"_target_": mhsa, "heads": 8} | ({} if norm is None else {"attn_norm": norm})
+        config = {"seed": seed, "model": model}
+        overrides = [] if norm != "layer" else ["model.attn_norm=layer"]
+        write_run(
+            tmp_path,
+            name,
+            seed=seed,
+            overrides=overrides,
+            metrics=bag_metrics(0.8 + seed / 10),
+            config=config,
+        )
+    runs = {r.name: r for r in records.find_runs(tmp_path)}
+    assert runs["old"].variant == runs["new"].variant == {"model.attn_norm": "none"}
+    assert runs["layer"].variant == {"model.attn_norm": "layer"}
+    assert "| none | 1,0 | 2/2 |" in report.write_report(tmp_path)["markdown"].read_text()
+    # a node of another target lacking a key of that name is not filled
+    config = {"model": {"_target_": "attnexp.models.lstm.LSTMAttention"}}
+    write_run(tmp_path / "other", "run", config=config)
+    assert "attn_norm" not in records.find_runs(tmp_path / "other")[0].config.model
+
+
 def test_runs_on_changed_data_files_are_never_averaged(tmp_path):
     for seed, digest in ((0, "1111aaaa1111aaaa"), (1, "1111aaaa1111aaaa"), (2, "2222bbbb2222bbbb")):
         write_run(

@@ -17,7 +17,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from attnexp.machine import NOT_RECORDED, machine_label
-from attnexp.runs import METRICS_FILE, flat_config, natural_key, writer_alive
+from attnexp.runs import METRICS_FILE, flat_config, natural_key, with_listed_later, writer_alive
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +196,8 @@ def load_run(path: Path, root: Path) -> Run:
     if not metrics and history:  # running or failed: the last epoch it finished
         metrics = {k: v for k, v in history[-1].items() if k not in ("epoch", "step")}
     config = _hydra_file(path.parent, "config.yaml")
+    if config is not None:  # made before a key was listed: one variant with the runs made since
+        config = OmegaConf.create(with_listed_later(OmegaConf.to_container(config, resolve=False)))
     settings = parse_overrides(record.get("overrides") or [])
     # The group choices Hydra composed: an explicit default is the same choice as the implicit one.
     # A run that failed before recording them: Hydra wrote them before the job started.

@@ -232,25 +232,25 @@ def _shown(value: object) -> str:
 
 
 # Keys listed in conf/ after runs were made without them, by the `_target_` of their node, with
-# the value that builds what those runs were built with: a run's config that lacks one is the same
-# where today's value is that one. A signature's default cannot say it: data.epoch_order came
-# with the default reshuffle, while the runs before it repeated epoch 0's batches. Only a key
-# whose addition kept what the runs without it did belongs here.
+# the value that builds what those runs were built with: a run's config that lacks one reads as
+# holding that value, to resume it and to report it beside the runs made since. A signature's
+# default cannot say it: data.epoch_order came with the default reshuffle, while the runs before
+# it repeated epoch 0's batches. Only a key whose addition kept what the runs without it did
+# belongs here.
 LISTED_LATER = {
     ("attnexp.models.lstm.LSTMSelfAttention", "attn_norm"): "none",
 }
 
 
-def _as_before_it_was_listed(config: dict, key: str, value: object) -> bool:
-    """Whether `value`, today's setting of `key`, builds what a run made before the key was
-    listed was built with (`LISTED_LATER`, same type)."""
-    *parents, name = key.split(".")
-    node = config
-    for part in parents:
-        node = node.get(part) if isinstance(node, dict) else None
-    target = node.get("_target_") if isinstance(node, dict) else None
-    before = LISTED_LATER.get((target, name), ABSENT) if isinstance(target, str) else ABSENT
-    return before is not ABSENT and type(before) is type(value) and before == value
+def with_listed_later(tree: dict) -> dict:
+    """A config (a container) with every `LISTED_LATER` key its nodes lack set to the value that
+    builds what they were built with: a run made before the key was listed reads as made with it."""
+    filled = {k: with_listed_later(v) if isinstance(v, dict) else v for k, v in tree.items()}
+    target = filled.get("_target_")
+    for (listed_target, name), value in LISTED_LATER.items():
+        if target == listed_target and name not in filled:
+            filled[name] = value
+    return filled
 
 
 def check_same_config(config: DictConfig, run_dir: Path, resume: str) -> None:
@@ -259,8 +259,8 @@ def check_same_config(config: DictConfig, run_dir: Path, resume: str) -> None:
     `RESUME_MAY_CHANGE`. A run made by an older or newer attnexp, or before conf/ was edited, went
     on as another model or on other data without a word, or ended in Lightning's traceback over
     the checkpoint's shapes. Compared unresolved: `${...}` as written, not what it gives today.
-    A key the run's config lacks is no difference where today's value builds what the run was
-    built with (`LISTED_LATER`: `model.attn_norm: none`, listed after the run was made)."""
+    A key listed after the run was made reads as what the run was built with (`LISTED_LATER`:
+    `model.attn_norm: none`)."""
     saved_file = run_dir / RUN_CONFIG
     try:
         saved = OmegaConf.to_container(OmegaConf.load(saved_file), resolve=False)
@@ -277,14 +277,13 @@ def check_same_config(config: DictConfig, run_dir: Path, resume: str) -> None:
         )
     composed = OmegaConf.to_container(config, resolve=False)
     composed.pop("hydra", None)
-    theirs, ours = flat_config(saved), flat_config(composed)
+    theirs, ours = flat_config(with_listed_later(saved)), flat_config(composed)
     differ = sorted(
         k
         for k in theirs.keys() | ours.keys()
         if k != RESUME_KEY
         and not k.startswith(RESUME_MAY_CHANGE)
         and theirs.get(k, ABSENT) != ours.get(k, ABSENT)
-        and not (k not in theirs and _as_before_it_was_listed(composed, k, ours[k]))
     )
     if not differ:
         return
