@@ -109,6 +109,18 @@ def test_bench_lstm_impl(tmp_path, monkeypatch):
     assert result["packed_over_reversed"] > 0 and result["machine"]["torch_threads"] == 1
 
 
+def test_bench_attention_weights(tmp_path, monkeypatch):
+    result = run_bench(
+        "bench_attention_weights.py",
+        monkeypatch,
+        tmp_path / "bench.json",
+        *("--batch-size", "3", "--length", "10", "--width", "8", "--heads", "2", "--threads", "1"),
+    )
+    assert set(result["seconds_per_forward"]) == {"attnexp", "torch", "unfused", "fused"}
+    assert all(len(v) == 2 for v in result["seconds_per_forward_rounds"].values())
+    assert result["torch_over_attnexp"] > 0 and result["machine"]["torch_threads"] == 1
+
+
 @pytest.fixture
 def bench_importable(monkeypatch):
     """bench/ on sys.path, so that its scripts and benchkit import as modules."""
@@ -155,3 +167,14 @@ def test_quartiles_stay_within_the_measured_ratios():
 
     result = benchkit.summarize([100.0, 100.0], [90.0, 100.0])  # ratios 0.9 and 1.0
     assert 0.9 <= result["ratio_q1"] <= result["ratio_median"] <= result["ratio_q3"] <= 1.0
+
+
+@pytest.mark.usefixtures("bench_importable")
+def test_the_attention_weights_bench_refuses_ways_that_disagree(monkeypatch):
+    """A timing of a way that computes something else would compare nothing."""
+    import bench_attention_weights
+
+    monkeypatch.setattr(bench_attention_weights, "unfused", lambda layer, x, mask: x)
+    monkeypatch.setattr(sys, "argv", ["bench", "--batch-size", "2", "--length", "6"])
+    with pytest.raises(SystemExit, match="unfused gives other outputs than attnexp's MHSA"):
+        bench_attention_weights.main()

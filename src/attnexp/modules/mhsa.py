@@ -21,6 +21,27 @@ def check_heads(width: int, num_heads: int, sized_by: str = "model.hidden_size")
         )
 
 
+def attention_weights(
+    q: torch.Tensor, k: torch.Tensor, key_mask: torch.Tensor | None
+) -> torch.Tensor:
+    """softmax(q k^T / sqrt(hd)) over the real keys: q, k (B, nh, T, hd), key_mask (B, 1, 1, T)
+    or None -> (B, nh, T, T). Every row must have a real key (the caller sees to it).
+
+    The scale and the mask (as an additive bias of the dtype's smallest value) go into the one
+    matmul, so the (B, nh, T, T) scores are written once: on the CPU each further pass over them
+    (scaling, masking) costs about as much as the matmul, mostly in fresh pages.
+    """
+    B, nh, T, hd = q.shape
+    bias = torch.zeros(B, 1, 1, T, dtype=q.dtype, device=q.device)
+    if key_mask is not None:
+        bias.masked_fill_(~key_mask, torch.finfo(q.dtype).min)
+    bias = bias.expand(B, nh, 1, T).reshape(B * nh, 1, T)
+    scores = torch.baddbmm(
+        bias, q.reshape(B * nh, T, hd), k.reshape(B * nh, T, hd).transpose(1, 2), alpha=hd**-0.5
+    )  # (B * nh, T, T)
+    return torch.softmax(scores, dim=-1).view(B, nh, T, T)
+
+
 class MultiHeadSelfAttention(nn.Module):
     """Self-attention over (B, T, E) with nh heads of size hd = E / nh.
 
@@ -55,8 +76,7 @@ class MultiHeadSelfAttention(nn.Module):
             key_mask = mask[:, None, None, :]  # (B, 1, 1, T)
         dropout = self.dropout if self.training else 0.0
         if need_weights:
-            scores = q @ k.transpose(-2, -1) / self.head_dim**0.5  # (B, nh, T, T)
-            weights = masked_softmax(scores, key_mask)
+            weights = attention_weights(q, k, key_mask)  # (B, nh, T, T)
             out = F.dropout(weights, p=dropout, training=self.training) @ v  # (B, nh, T, hd)
         else:
             weights = None
