@@ -12,13 +12,13 @@ padded sequences, four ways:
 - `unfused`: the same maths with the scores scaled, masked and the padded rows zeroed in separate
   passes over (B, nh, T, T), as attnexp computed them until session 30;
 - `fused`: `MultiHeadSelfAttention(need_weights=False)`, the kernel training uses (no weights).
-All four must give the same outputs (checked first). The ways take turns within each round, so
-drift of the machine's speed hits them alike; the medians over rounds are reported.
+All four must give the same outputs (checked first, in float32). The ways take turns within each
+round, so drift of the machine's speed hits them alike; the medians over rounds are reported.
+`--device cuda --precision bf16-mixed` times them on a GPU under autocast.
 """
 
 import argparse
 import statistics
-import time
 
 import benchkit
 import torch
@@ -57,6 +57,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     benchkit.timing_args(parser, batches=3, warmup=1, rounds=5)
+    benchkit.device_args(parser)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--length", type=int, default=256, help="the longest sequence")
     parser.add_argument("--width", type=int, default=256, help="features (2 x LSTM hidden)")
@@ -64,15 +65,16 @@ def main() -> None:
     args = parser.parse_args()
     benchkit.setup(args)
     torch.manual_seed(0)
-    layer = MultiHeadSelfAttention(args.width, args.heads).eval()
-    reference = nn.MultiheadAttention(args.width, args.heads, batch_first=True).eval()
+    layer = MultiHeadSelfAttention(args.width, args.heads).eval().to(args.device)
+    reference = nn.MultiheadAttention(args.width, args.heads, batch_first=True)
+    reference = reference.eval().to(args.device)
     reference.in_proj_weight.data.copy_(layer.in_proj.weight.data)
     reference.in_proj_bias.data.copy_(layer.in_proj.bias.data)
     reference.out_proj.load_state_dict(layer.out_proj.state_dict())
     lengths = torch.randint(args.length // 4, args.length + 1, (args.batch_size,))
     lengths[0] = args.length  # the batch is as long as its longest sequence
-    mask = torch.arange(args.length)[None, :] < lengths[:, None]  # (B, T)
-    x = torch.randn(args.batch_size, args.length, args.width)
+    mask = (torch.arange(args.length)[None, :] < lengths[:, None]).to(args.device)  # (B, T)
+    x = torch.randn(args.batch_size, args.length, args.width, device=args.device)
     ways = forwards(layer, reference)
     seconds: dict[str, list[float]] = {way: [] for way in WAYS}
     with torch.no_grad():
@@ -84,9 +86,10 @@ def main() -> None:
             for way in WAYS if round_ % 2 == 0 else WAYS[::-1]:
                 times = []
                 for _ in range(args.warmup + args.batches):
-                    start = time.perf_counter()
-                    ways[way](x, mask)
-                    times.append(time.perf_counter() - start)
+                    start = benchkit.clock(args.device)
+                    with benchkit.autocast(args):
+                        ways[way](x, mask)
+                    times.append(benchkit.clock(args.device) - start)
                 seconds[way].append(statistics.median(times[args.warmup :]))
     medians = {way: statistics.median(values) for way, values in seconds.items()}
     for way in WAYS:
@@ -99,6 +102,8 @@ def main() -> None:
             "length": args.length,
             "width": args.width,
             "heads": args.heads,
+            "device": args.device,
+            "precision": args.precision,
             "rounds": args.rounds,
             "seconds_per_forward": medians,
             "seconds_per_forward_rounds": seconds,

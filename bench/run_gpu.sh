@@ -5,7 +5,8 @@
 #   DATA=... OUT=... bash bench/run_gpu.sh imdb
 # tests: the tests marked gpu (every model's fast_dev_run under trainer=gpu, i.e. bf16-mixed; the
 #        benches on CUDA; metric updates that never sync the GPU).
-# bench: the IMDB, bag-MNIST and LCQMC benches (runner vs plain loop) in float32 and bf16-mixed.
+# bench: the IMDB, bag-MNIST and LCQMC benches (runner vs plain loop) in float32 and bf16-mixed,
+#        and the MHSA weights bench (attnexp's against nn.MultiheadAttention).
 # imdb:  the chapter table's four rows (seed 0) with trainer=gpu, then the tuned recipe.
 # Each bench writes its JSON into OUT; each run writes its run dir under outputs/ as usual.
 set -u
@@ -34,6 +35,9 @@ part_bench() {
         say "LCQMC bench, $precision"
         $PY bench/bench_lcqmc.py "${common[@]}" --batches 100 --rounds 6 \
             --out "$OUT/bench-lcqmc-$precision.json" | grep -E "^(custom|torch)"
+        say "MHSA weights bench, $precision"
+        $PY bench/bench_attention_weights.py --device cuda --precision "$precision" \
+            --warmup 3 --batches 10 --rounds 10 --out "$OUT/bench-attention-weights-$precision.json"
     done
 }
 

@@ -109,12 +109,14 @@ def test_bench_lstm_impl(tmp_path, monkeypatch):
     assert result["packed_over_reversed"] > 0 and result["machine"]["torch_threads"] == 1
 
 
-def test_bench_attention_weights(tmp_path, monkeypatch):
+@pytest.mark.parametrize("flags", [[], pytest.param(ON_CUDA_BF16, marks=ON_GPU)])
+def test_bench_attention_weights(tmp_path, monkeypatch, flags):
     result = run_bench(
         "bench_attention_weights.py",
         monkeypatch,
         tmp_path / "bench.json",
         *("--batch-size", "3", "--length", "10", "--width", "8", "--heads", "2", "--threads", "1"),
+        *flags,
     )
     assert set(result["seconds_per_forward"]) == {"attnexp", "torch", "unfused", "fused"}
     assert all(len(v) == 2 for v in result["seconds_per_forward_rounds"].values())
