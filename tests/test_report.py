@@ -822,3 +822,69 @@ def test_each_variant_has_its_own_colour_the_same_in_both_figures(drawn):
     assert len(set(val_colours)) == 2
     assert [c.lines[0].get_color() for c in sizes.containers] == val_colours
     assert [t.get_text() for t in sizes.get_legend().get_texts()] == ["mlp", "dot"]
+
+
+def test_sample_and_hub_data_are_named_so_whatever_data_dir_the_config_holds(tmp_path):
+    """Every composed config holds a paths.data_dir: only local data is told apart by it (a
+    sample run read as `local:data`, another variant than a sample run without a config)."""
+    for seed, source in enumerate(("sample", "hub", "sample")):
+        config = {"paths": {"data_dir": "data"}} if seed < 2 else None
+        write_run(
+            tmp_path, f"r{seed}", seed=seed, data_source=source, metrics={"test/acc": 0.7},
+            config=config,
+        )  # fmt: skip
+    runs = records.find_runs(tmp_path)
+    assert [r.settings["data_source"] for r in runs] == ["sample", "hub", "sample"]
+    labels = [r.variant_label for r in runs]
+    assert labels == [f"data_source={source}" for source in ("sample", "hub", "sample")]
+
+
+def test_a_run_without_a_config_beside_runs_whose_configs_differ(tmp_path):
+    """A run that failed before Hydra wrote its config, among runs whose configs differ where no
+    override says so: it is read as the others are, its config values unknown."""
+    for seed, lr in ((0, 0.001), (1, 0.5)):
+        config = {"seed": seed, "model": {"hidden_size": 8}, "optimizer": {"lr": lr}}
+        write_run(tmp_path, f"lr{lr}", seed=seed, metrics={"test/acc": 0.9}, config=config)
+    write_run(tmp_path, "no_config", "failed", seed=2)
+    runs = {r.name: r.variant for r in records.find_runs(tmp_path)}
+    assert runs == {
+        "lr0.001": {"optimizer.lr": "0.001"},
+        "lr0.5": {"optimizer.lr": "0.5"},
+        "no_config": {"optimizer.lr": "-"},
+    }
+
+
+def test_variants_whose_configs_are_not_recorded_are_never_said_to_be_one_config(sweep):
+    """Records without a .hydra/config.yaml (older runs, or copied without it) say nothing of
+    their config: the scorer variants of the sweep are not "one config under 3 names"."""
+    text = report.write_report(sweep)["markdown"].read_text()
+    assert "One config under" not in text
+    assert records.same_config_variants(records.find_runs(sweep)) == []
+
+
+def test_runs_are_listed_in_natural_order_of_their_dirs(tmp_path):
+    """Job 10 of a sweep comes after job 9, not between jobs 1 and 2 as in a string sort."""
+    for num in (1, 2, 10):
+        write_run(tmp_path, f"{num}_seed={num}", seed=num, metrics={"test/acc": 0.7})
+    rows = csv.DictReader(report.write_report(tmp_path)["csv"].open())
+    assert [row["run"] for row in rows] == ["1_seed=1", "2_seed=2", "10_seed=10"]
+
+
+def test_a_run_linked_twice_is_one_run(sweep, tmp_path):
+    """A hand-picked folder with two links to one run dir: the run is read once (by the link
+    walked first), not as a repeat of itself."""
+    picked = tmp_path / "picked"
+    picked.mkdir()
+    for link in ("a", "b"):
+        (picked / link).symlink_to(sweep / "0_scorer=dot,seed=0", target_is_directory=True)
+    (run,) = records.find_runs(picked)
+    assert run.name in ("a", "b") and not run.repeat_of
+
+
+def test_a_run_without_hydra_files_is_read_without_a_warning(tmp_path, caplog):
+    """No .hydra/ (a run copied without it, an older record) is nothing to warn of: a warning
+    per run buried the ones that matter."""
+    write_run(tmp_path, "r0", metrics={"test/acc": 0.7})
+    with caplog.at_level("WARNING", logger="attnexp.records"):
+        (run,) = records.find_runs(tmp_path)
+    assert run.config is None and caplog.records == []
