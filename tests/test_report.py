@@ -888,3 +888,81 @@ def test_a_run_without_hydra_files_is_read_without_a_warning(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="attnexp.records"):
         (run,) = records.find_runs(tmp_path)
     assert run.config is None and caplog.records == []
+
+
+def table_rows(text, first_cell):
+    """The cells of report.md's table lines whose first cell is `first_cell`."""
+    return [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in text.splitlines()
+        if line.startswith(f"| {first_cell} |")
+    ]
+
+
+def test_the_tables_show_the_main_metrics_and_the_csv_every_metric(sweep):
+    """report.md's tables hold the main metrics only (per-bag-size accuracies would make them
+    unreadably wide); report.csv holds every metric."""
+    written = report.write_report(sweep)
+    text = written["markdown"].read_text()
+    (runs_header,) = table_rows(text, "run")
+    assert runs_header == ["run", "status", "seed", "scorer", "epochs"] + [
+        "val/acc_best", "val/acc", "test/acc", "note"
+    ]  # fmt: skip
+    (variants_header,) = table_rows(text, "scorer")
+    assert variants_header == [
+        "scorer",
+        "seeds",
+        "completed",
+        "val/acc_best",
+        "val/acc",
+        "test/acc",
+    ]
+    assert "test/acc_bag1" not in text and "val/acc_last" not in text
+    header = written["csv"].read_text().splitlines()[0].split(",")
+    assert {"test/acc_bag1", "test/acc_bag6", "val/acc_last"} <= set(header)
+
+
+def test_a_metric_a_run_lacks_is_an_empty_cell(sweep):
+    """The failed run recorded no metric: its cells are empty, not `None`."""
+    text = report.write_report(sweep)["markdown"].read_text()
+    (failed,) = table_rows(text, "4_scorer=bilinear,seed=0")
+    assert failed[5:8] == ["", "", ""] and "None" not in text
+
+
+def test_the_report_shows_its_plots_and_says_when_the_data_is_not_recorded(sweep):
+    """report.md links the PNGs it wrote beside it; records that name no data (written before
+    runs recorded it) say so, not `Data: None.`"""
+    text = report.write_report(sweep)["markdown"].read_text()
+    assert "![Validation accuracy per epoch](val_acc.png)" in text
+    assert "![Test accuracy against bag size](acc_vs_bag_size.png)" in text
+    assert "Data: not recorded." in text
+
+
+def test_runs_on_two_machines_name_theirs_in_the_runs_table(tmp_path):
+    """Two machines are already more than one: each run's row says which it ran on."""
+    zen = {"cpu": "AMD EPYC", "cpu_capability": "AVX512", "torch_threads": 1, "torch": "2.13.0"}
+    write_run(tmp_path, "a", seed=0, machine=zen, metrics={"test/acc": 0.9})
+    write_run(tmp_path, "b", seed=1, metrics={"test/acc": 0.8})  # written before runs said
+    text = report.write_report(tmp_path)["markdown"].read_text()
+    assert "The runs ran on 2 machines:" in text
+    assert table_rows(text, "run")[0][-2:] == ["note", "machine"]
+    assert table_rows(text, "b")[0][-1] == "not recorded"
+
+
+def test_one_variant_is_headed_variant_and_an_evaluation_shows_the_main_metrics(tmp_path):
+    """Runs that vary nothing are one row under a `variant` column; an evaluation record's
+    per-bag-size accuracies stay out of its table as a run's do."""
+    write_run(tmp_path, "r0", metrics=bag_metrics(0.9))
+    write_run(tmp_path, "e0", kind="evaluate", run_dir="/runs/r0", metrics=bag_metrics(0.8))
+    text = report.write_report(tmp_path)["markdown"].read_text()
+    assert table_rows(text, "variant") == [["variant", "seeds", "completed"] + [
+        "val/acc_best", "val/acc", "test/acc"
+    ]]  # fmt: skip
+    (evaluations_header,) = table_rows(text, "record")
+    assert evaluations_header[4:] == ["val/acc_best", "val/acc", "test/acc", "note"]
+
+
+def test_an_out_dir_whose_parent_is_missing_is_made(sweep, tmp_path):
+    """--out reports/today where reports/ is not there yet: made, as `mkdir -p` would."""
+    written = report.write_report(sweep, tmp_path / "reports" / "today")
+    assert written["markdown"] == tmp_path / "reports" / "today" / "report.md"
