@@ -966,3 +966,22 @@ def test_an_out_dir_whose_parent_is_missing_is_made(sweep, tmp_path):
     """--out reports/today where reports/ is not there yet: made, as `mkdir -p` would."""
     written = report.write_report(sweep, tmp_path / "reports" / "today")
     assert written["markdown"] == tmp_path / "reports" / "today" / "report.md"
+
+
+def test_beyond_forty_variants_the_styles_repeat_without_failing():
+    """Colours and line styles cycle: a report of more than 40 variants still draws."""
+    from attnexp.viz.report import LINESTYLES, variant_style
+
+    styles = [variant_style(i) for i in range(100)]
+    assert {s["linestyle"] for s in styles} == set(LINESTYLES)
+    assert styles[40] == styles[0]
+
+
+def test_both_figures_name_their_axes_and_count_whole_epochs_and_bag_sizes(drawn):
+    """An axis without its name, or at epoch 0.5, reads as something else."""
+    val = drawn(plot_val_curves, {"dot": [[(0, 0.5), (1, 0.6), (2, 0.7)]]})
+    sizes = drawn(plot_bag_sizes, {"dot": {1: [0.9], 3: [0.8]}})
+    assert (val.get_xlabel(), val.get_ylabel()) == ("epoch", "validation accuracy")
+    assert (sizes.get_xlabel(), sizes.get_ylabel()) == ("digits per bag (test)", "test accuracy")
+    for ax in (val, sizes):
+        assert all(tick == int(tick) for tick in ax.get_xticks())
