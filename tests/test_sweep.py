@@ -435,3 +435,21 @@ def test_a_search_without_its_sweeper_says_how_to_install_it(tmp_path):
         "error: hparams_search=bag_optuna runs on the Optuna sweeper, which is not installed: "
         "pip install -e '.[optuna]'" in result.stderr
     )
+
+
+def test_a_job_name_of_the_longest_length_kept_is_not_cut(tmp_path):
+    """The cut starts beyond MAX_NAME characters: a name of exactly MAX_NAME is kept whole."""
+    OmegaConf.save({"hydra": {"overrides": {"task": ["seed=0,1"]}}}, tmp_path / "multirun.yaml")
+    for length, cut in ((sweeps.MAX_NAME, False), (sweeps.MAX_NAME + 1, True)):
+        line = "seed=" + "9" * (length - len("seed="))
+        name = sweep_subdir(0, str(tmp_path), [line], "")
+        assert (name == f"0_{line}") is not cut and len(name) <= len("0_") + sweeps.MAX_NAME
+
+
+def test_resume_of_a_sweep_job_is_refused_naming_its_whole_dir(tmp_path):
+    """A sweep job's dir has `=` in its name (`0_seed=0`): the refusal names all of it."""
+    job = tmp_path / "sweep" / "0_seed=0"
+    config = {"resume": None, "hydra": {"overrides": {"task": [f"resume={job}", "seed=0,1"]}}}
+    with pytest.raises(ConfigError) as refused:
+        sweeps.check_no_resume(OmegaConf.create(config))
+    assert str(refused.value).startswith(f"resume={job}: a multirun")
