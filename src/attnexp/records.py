@@ -347,7 +347,8 @@ def _record_files(root: Path) -> list[Path]:
             subdirs[:] = []
             continue
         seen.add(real)
-        subdirs[:] = [d for d in subdirs if d not in SKIP_DIRS]
+        # walked in name order: a run reached by two links is read by the same one each time
+        subdirs[:] = sorted(d for d in subdirs if d not in SKIP_DIRS)
         if METRICS_FILE in files:
             found.append(Path(folder) / METRICS_FILE)
     return found
