@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from attnexp import files
-from attnexp.files import next_attempt, not_a_folder, write_atomically
+from attnexp.files import checkpoint_value, next_attempt, not_a_folder, write_atomically
 
 
 def test_write_atomically_replaces_the_file_in_one_step(tmp_path):
@@ -12,6 +12,24 @@ def test_write_atomically_replaces_the_file_in_one_step(tmp_path):
     write_atomically(path, lambda partial: partial.write_text("second"))
     assert path.read_text() == "second"
     assert [p.name for p in path.parent.iterdir()] == ["metrics.json"]
+
+
+def test_write_atomically_makes_missing_folders_and_returns_the_path(tmp_path):
+    """A run record or a token cache written below folders that are not there yet (more than one
+    level): mkdir without parents failed; text.py returns the path it is given back."""
+    path = tmp_path / "a" / "b" / "tokenizer.json"
+    assert write_atomically(path, lambda partial: partial.write_text("{}")) == path
+    assert path.read_text() == "{}"
+
+
+def test_checkpoint_value_reads_a_checkpoint_holding_more_than_tensors(tmp_path):
+    """A Lightning checkpoint holds objects a weights-only load refuses (the hyperparameters, here
+    a Path): read weights-only, resume's epoch check skipped silently and the step read failed."""
+    import torch
+
+    ckpt = tmp_path / "last.ckpt"
+    torch.save({"epoch": 3, "global_step": 12, "hyper_parameters": {"dir": Path("x")}}, ckpt)
+    assert (checkpoint_value(ckpt, "epoch"), checkpoint_value(ckpt, "global_step")) == (3, 12)
 
 
 def test_a_failed_write_keeps_the_old_file_and_leaves_no_partial(tmp_path):
