@@ -22,6 +22,11 @@ from attnexp.overrides import quote_equals_values, unknown_keys
             "model.hidden_sz=64: model (model=lstm_attn) has no key 'hidden_sz'; did you mean "
             "model.hidden_size?",
         ),
+        # ...also when the group choice comes after the setting: Hydra composes it first
+        (
+            ["model.hidden_sz=64", "model=lstm_attn"],
+            "model.hidden_sz=64: model (model=lstm_attn) has no key 'hidden_sz'",
+        ),
         (["sed=3"], "sed=3: the config has no key 'sed'; did you mean seed?"),
         # a sweep over an unknown key, and a sweep over a group choice beside it
         (
@@ -86,6 +91,7 @@ def test_the_top_level_keys_listed_are_the_configs_own():
         ["scorer=dott", "model.hiden=1"],  # another error first: Hydra's message says it
         ["model.hidden_size=[1,"],  # a syntax error: Hydra's message says it
         ["--config-name", "evaluate", "model.hiden=1"],  # another config than train: not checked
+        ["--config-name=evaluate", "model.hiden=1"],  # the same, as one argument
     ],
 )
 def test_nothing_to_say_when_the_keys_exist_or_another_error_comes_first(argv):
@@ -115,6 +121,8 @@ def test_path_values_holding_equals_are_quoted_for_hydra():
     as_given = [
         "scorer=dot,additive",  # a sweep: no `=` in the value
         "seed=1",
+        "resume=outputs/runs/2026-11-22_10-00-00_ab12cd",  # a path without `=`: nothing to quote
+        "ckpt_path=null",  # quoted, null became the path 'null'
         "-m",
         "--x=a=b",  # a flag, not a key
         f"resume='{job}'",  # quoted already
