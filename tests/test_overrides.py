@@ -59,6 +59,8 @@ from attnexp.overrides import quote_equals_values, unknown_keys
             ["data.eval_bag_sizes.0.x=3"],
             "data.eval_bag_sizes.0.x=3: data.eval_bag_sizes is a list of ",
         ),
+        # a setting Hydra takes (an item of a list) is said nothing about: only the refused one
+        (["data.eval_bag_sizes.0=3", "model.hiden=1"], "model.hiden=1: model (model=bag_attn)"),
         # a range sweep is judged by its first value; a key an earlier setting made is there
         (["-m", "seed=range(0,3)", "model.hiden=1"], "model.hiden=1: model (model=bag_attn)"),
         (
