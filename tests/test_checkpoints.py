@@ -87,6 +87,13 @@ def test_run_dir_without_best_falls_back_to_last(run_dir, caplog):
         find_checkpoint(run_dir)
 
 
+def test_a_checkpoint_file_that_is_not_there_is_an_error_not_the_runs_best(run_dir):
+    """A misspelt .ckpt inside a run dir stands for nothing: without the existence check it was
+    taken for the folder it lies in, and evaluate went on with the run's best checkpoint."""
+    with pytest.raises(ConfigError, match=r"ckpt_path=.*epoch003.ckpt does not exist"):
+        find_checkpoint(run_dir / "checkpoints" / "epoch003.ckpt")
+
+
 def test_a_missing_best_checkpoint_or_record_is_an_error_not_a_fallback(run_dir):
     (run_dir / "checkpoints" / "best.ckpt").unlink()
     with pytest.raises(ConfigError, match=r"best checkpoint checkpoints/best.ckpt .* is missing"):
