@@ -180,6 +180,25 @@ def test_overrides_must_name_existing_keys():
         apply_overrides(cfg, ["data.batch_size"])
 
 
+def test_an_override_replaces_a_section_whole():
+    """`key={...}` sets the section to what is given, as on the command line: merged into the
+    saved one, keys it no longer holds stayed (a scorer's or scheduler's old arguments)."""
+    cfg = OmegaConf.create({"scheduler": {"_target_": "A", "warmup_ratio": 0.1}})
+    apply_overrides(cfg, ["scheduler={_target_: B}"])
+    assert OmegaConf.to_container(cfg.scheduler) == {"_target_": "B"}
+
+
+def test_a_checkpoint_outside_a_run_with_its_config_is_refused(tmp_path):
+    """A .ckpt with no run above it, or beside a record but no .hydra/config.yaml, has no config
+    to rebuild its model from: said, not a TypeError or a missing-file error later."""
+    (tmp_path / "loose.ckpt").write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"loose.ckpt: no run config \(.hydra/config.yaml\)"):
+        run_dir_of(tmp_path / "loose.ckpt")
+    (tmp_path / "metrics.json").write_text("{}")  # holds a record, but no config
+    with pytest.raises(ConfigError, match=r"loose.ckpt: no run config"):
+        run_dir_of(tmp_path / "loose.ckpt")
+
+
 def test_a_folder_inside_a_run_stands_for_the_run(run_dir):
     assert find_checkpoint(run_dir / "checkpoints").name == "best.ckpt"
     (run_dir / "checkpoints" / "sub").mkdir()
