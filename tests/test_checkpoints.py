@@ -148,6 +148,15 @@ def test_checkpoint_weights_must_be_readable_and_fit(tmp_path):
         given_ckpt_path(OmegaConf.create({"ckpt_path": "???"}))
 
 
+@pytest.mark.parametrize(("given", "shown"), [(None, "null"), ("", "''"), ("  ", "'  '")])
+def test_a_ckpt_path_that_names_no_path_is_refused(given, shown):
+    """Read as a path, an empty ckpt_path is the current folder (predict compared every run
+    below it) and null the string 'None'."""
+    with pytest.raises(ConfigError, match=rf"^ckpt_path={shown} names no path: give ckpt_path="):
+        given_ckpt_path(OmegaConf.create({"ckpt_path": given}))
+    assert given_ckpt_path(OmegaConf.create({"ckpt_path": "runs/r"})) == "runs/r"
+
+
 class Touch:
     """Unpickled, it creates a file: code that a .ckpt from elsewhere could carry."""
 
