@@ -54,6 +54,18 @@ def test_load_run_from_a_run_dir_or_a_checkpoint(run_dir, tmp_path):
     assert load_choices(tmp_path) == {}
 
 
+def test_a_run_with_seed_null_is_rebuilt_with_the_seed_it_drew(run_dir):
+    """seed=null: the saved config says null, the record the seed the run drew; its test bags
+    came from that seed, so a re-evaluation must use it (not draw another)."""
+    config = run_dir / ".hydra" / "config.yaml"
+    config.write_text(config.read_text().replace("seed: 0", "seed: null"))
+    (run_dir / "metrics.json").write_text(
+        json.dumps({"best_ckpt": "checkpoints/best.ckpt", "seed": 7})
+    )
+    cfg = load_run(run_dir)[0]
+    assert cfg.seed == 7 and cfg.data.seed == 7
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [
