@@ -54,6 +54,16 @@ def test_load_run_from_a_run_dir_or_a_checkpoint(run_dir, tmp_path):
     assert load_choices(tmp_path) == {}
 
 
+def test_the_loaded_run_config_refuses_keys_it_lacks(run_dir):
+    """Struct mode: a key the run's config lacks is an error to read or set, not a silent None
+    (or a new key) that builds another model than the run's."""
+    cfg = load_run(run_dir)[0]
+    with pytest.raises(AttributeError, match="batch_sise"):
+        cfg.data.batch_sise  # noqa: B018
+    with pytest.raises(AttributeError, match="batch_sise"):
+        cfg.data.batch_sise = 3
+
+
 def test_a_run_with_seed_null_is_rebuilt_with_the_seed_it_drew(run_dir):
     """seed=null: the saved config says null, the record the seed the run drew; its test bags
     came from that seed, so a re-evaluation must use it (not draw another)."""
