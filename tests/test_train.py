@@ -1164,6 +1164,16 @@ def test_only_a_run_with_its_composed_config_holds_the_folders_inside_it(tmp_pat
     )
 
 
+def test_a_hand_picked_run_dir_holding_other_runs_is_refused(tmp_path):
+    """hydra.run.dir=outputs: the new run's record would lie above the runs there, which then
+    read as folders inside it (the CLI test of this needs a trained run)."""
+    (tmp_path / "runs" / "old").mkdir(parents=True)
+    (tmp_path / "runs" / "old" / "metrics.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"holds other runs \(.*old among them\)"):
+        check_new_dir(tmp_path, can_resume=True)
+    check_new_dir(tmp_path / "new", can_resume=True)  # a folder that is not there yet
+
+
 def test_a_finished_run_is_never_overwritten(finished_run):
     tmp, run_dir, _ = finished_run
     before = snapshot(run_dir)
