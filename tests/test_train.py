@@ -40,6 +40,7 @@ from attnexp.evaluation import (
 )
 from attnexp.run_record import RunRecord
 from attnexp.runs import (
+    RunDirGuard,
     check_new_dir,
     check_not_running,
     check_output_dir_not_set,
@@ -1014,6 +1015,26 @@ def test_paths_output_dir_is_refused_however_given(given):
     config = OmegaConf.create({"hydra": {"overrides": {"task": ["seed=0", given]}}})
     with pytest.raises(ConfigError, match=re.escape(f"{given}: paths.output_dir is the run")):
         check_output_dir_not_set(config)
+
+
+def test_the_run_dir_guard_refuses_paths_output_dir(tmp_path, monkeypatch, capsys):
+    """The guard itself makes the check before Hydra writes anything (the CLI test of this needs
+    a trained run): without it a new run wrote into the folder given."""
+    for key in ("LOCAL_RANK", "RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(key, raising=False)
+    config = OmegaConf.create(
+        {
+            "resume": None,
+            "paths": {"log_dir": str(tmp_path)},
+            "hydra": {
+                "run": {"dir": "unused"},
+                "overrides": {"task": [f"paths.output_dir={tmp_path}"], "hydra": []},
+            },
+        }
+    )
+    with pytest.raises(SystemExit):
+        RunDirGuard().on_run_start(config)
+    assert "paths.output_dir is the run's own dir" in capsys.readouterr().err
 
 
 def test_a_resume_that_would_train_back_is_refused(tmp_path):
