@@ -1037,6 +1037,66 @@ def test_the_run_dir_guard_refuses_paths_output_dir(tmp_path, monkeypatch, capsy
     assert "paths.output_dir is the run's own dir" in capsys.readouterr().err
 
 
+def guarded_resume(tmp_path, monkeypatch, task=(), hydra=(), max_epochs=3, saved_seed=0):
+    """RunDirGuard on `resume=<a stub run>` (its last checkpoint in epoch 1, started with no
+    overrides, its saved config that of this command but for `seed`): the guard's own wiring,
+    without the training the CLI tests of it need."""
+    for key in ("LOCAL_RANK", "RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(key, raising=False)
+    run = stub_run(tmp_path / "runs" / "r", "[]\n")
+    torch.save({"epoch": 1}, run / "checkpoints" / "last.ckpt")
+    settings = {"seed": 0, "trainer": {"max_epochs": max_epochs}}
+    saved = {**settings, "seed": saved_seed}
+    (run / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(saved))
+    overrides = {"task": [f"resume={run}", *task], "hydra": list(hydra)}
+    config = {**settings, "resume": str(run), "paths": {"log_dir": str(tmp_path)}}
+    config["hydra"] = {"run": {"dir": "unused"}, "overrides": overrides}
+    RunDirGuard().on_run_start(OmegaConf.create(config))
+    return run
+
+
+@pytest.mark.parametrize(
+    ("change", "refusal"),
+    [
+        ({}, None),
+        ({"hydra": ["hydra.run.dir=elsewhere"]}, "and hydra.run.dir= would put it elsewhere"),
+        ({"task": ["model.hidden_size=8"]}, "started with other settings (differing: model."),
+        ({"saved_seed": 1}, "the run was made with other config files than today's"),
+        ({"max_epochs": 0}, "which trainer.max_epochs=0 ends before"),
+    ],
+)
+def test_the_run_dir_guard_checks_a_resume(tmp_path, monkeypatch, capsys, change, refusal):
+    """Each check of `resume=<dir>` is made by the guard itself: deleting its call (or turning
+    its condition around) passed every test that does not train first."""
+    if refusal is None:
+        guarded_resume(tmp_path, monkeypatch)
+        return
+    with pytest.raises(SystemExit):
+        guarded_resume(tmp_path, monkeypatch, **change)
+    assert refusal in capsys.readouterr().err
+
+
+def test_the_run_dir_guard_offers_resume_for_a_run_dir_given_by_hand(tmp_path, monkeypatch, capsys):
+    """A new run given hydra.run.dir=<a run's dir>: train's guard (its config has resume=) says
+    how to continue that run instead."""
+    for key in ("LOCAL_RANK", "RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(key, raising=False)
+    run = stub_run(tmp_path / "runs" / "r", "[]\n")
+    config = {
+        "resume": None,
+        "paths": {"log_dir": str(tmp_path)},
+        "hydra": {
+            "run": {"dir": str(run)},
+            "overrides": {"task": [], "hydra": [f"hydra.run.dir={run}"]},
+        },
+    }
+    with pytest.raises(SystemExit):
+        RunDirGuard().on_run_start(OmegaConf.create(config))
+    assert f"(drop hydra.run.dir= for a new dir, or resume={run} to continue that run)" in (
+        capsys.readouterr().err
+    )
+
+
 def test_a_resume_that_would_train_back_is_refused(tmp_path):
     """Lightning raised 'You restored a checkpoint with current_epoch=2, but you have set
     Trainer(max_epochs=1)' after the run's completed record had been set aside as failed."""
