@@ -1076,6 +1076,18 @@ def test_the_run_dir_guard_checks_a_resume(tmp_path, monkeypatch, capsys, change
     assert refusal in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("resume", [None, "", "null", "None"])
+def test_the_run_dir_guard_lets_a_new_run_through(tmp_path, monkeypatch, resume):
+    """resume=null in any spelling is a new run: nothing to resume, so nothing to compare (read
+    as a path, 'None' was a run dir whose config could not be read, and every run stopped)."""
+    for key in ("LOCAL_RANK", "RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(key, raising=False)
+    overrides = {"task": [], "hydra": []}
+    config = {"resume": resume, "paths": {"log_dir": str(tmp_path)}, "seed": 0}
+    config["hydra"] = {"run": {"dir": "unused"}, "overrides": overrides}
+    RunDirGuard().on_run_start(OmegaConf.create(config))
+
+
 def test_the_run_dir_guard_offers_resume_for_a_run_dir_given_by_hand(tmp_path, monkeypatch, capsys):
     """A new run given hydra.run.dir=<a run's dir>: train's guard (its config has resume=) says
     how to continue that run instead."""
