@@ -17,6 +17,7 @@ from attnexp.checkpoints import (
     load_weights,
     read_weights,
     run_dir_of,
+    run_settings_hint,
 )
 from attnexp.errors import ConfigError
 from attnexp.evaluate import summary
@@ -272,12 +273,30 @@ def test_a_folder_inside_a_run_stands_for_the_run(run_dir):
             r"no viable alternative .* \(overrides=\[data.batch_size=0\]: quote each setting, "
             r"'overrides=\[\"key=value\", ...\]'\)$",
         ),
+        (  # the hint is about overrides=, whatever comes before it
+            "evaluate",
+            ["ckpt_path=x", "overrides=[data.batch_size=0]"],
+            r"\(overrides=\[data.batch_size=0\]: quote each setting, ",
+        ),
     ],
 )
 def test_command_line_overrides_are_said_in_one_line(command, overrides, message):
     with pytest.raises(ConfigError, match=message) as err:
         compose_command_cfg(command, overrides)
     assert "\n" not in str(err.value) and "use +" not in str(err.value)
+
+
+def test_errors_about_run_settings_say_where_they_go():
+    """evaluate and predict take a run's settings inside overrides=[...]: an error naming one
+    (data.x=...) says so, and is still a ConfigError."""
+    with pytest.raises(ConfigError) as err, run_settings_hint("evaluate"):
+        raise ConfigError("data.max_seq_len=0 must be positive")
+    assert str(err.value) == (
+        "data.max_seq_len=0 must be positive (evaluate takes run settings as "
+        "'overrides=[\"key=value\"]')"
+    )
+    with run_settings_hint("evaluate"):
+        pass  # nothing raised: nothing said
 
 
 def test_run_settings_go_inside_overrides():
