@@ -28,6 +28,11 @@ from attnexp.overrides import quote_equals_values, unknown_keys
             "model.hidden_sz=64: model (model=lstm_attn) has no key 'hidden_sz'",
         ),
         (["sed=3"], "sed=3: the config has no key 'sed'; did you mean seed?"),
+        (  # two close keys: "a or b"
+            ["trainer.max_step=1"],
+            "trainer.max_step=1: trainer (trainer=default) has no key 'max_step'; did you mean "
+            "trainer.max_steps or trainer.max_epochs?",
+        ),
         # a sweep over an unknown key, and a sweep over a group choice beside it
         (
             ["-m", "model=lstm_attn", "scorer=dot,additive", "trainer.max_epoch=1,2"],
@@ -72,6 +77,14 @@ from attnexp.overrides import quote_equals_values, unknown_keys
 def test_an_unknown_key_is_named_with_the_keys_there_are(argv, expected):
     (message,) = unknown_keys("train", argv)
     assert message.startswith(expected)
+
+
+def test_an_interpolation_of_a_single_setting_offers_no_key_instead():
+    """data.seed is ${seed}, a number: there is no seed.x to set instead (only an interpolation
+    of a section, like model.scorer: ${scorer}, has keys to offer)."""
+    assert unknown_keys("train", ["data.seed.x=1"]) == [
+        "data.seed.x=1: data.seed is ${seed}, and Hydra sets no keys through an interpolation"
+    ]
 
 
 def test_the_top_level_keys_listed_are_the_configs_own():
