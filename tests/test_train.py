@@ -1020,8 +1020,7 @@ def test_paths_output_dir_is_refused_however_given(given):
 def test_the_run_dir_guard_refuses_paths_output_dir(tmp_path, monkeypatch, capsys):
     """The guard itself makes the check before Hydra writes anything (the CLI test of this needs
     a trained run): without it a new run wrote into the folder given."""
-    for key in ("LOCAL_RANK", "RANK", "SLURM_PROCID"):
-        monkeypatch.delenv(key, raising=False)
+    single_process(monkeypatch)
     config = OmegaConf.create(
         {
             "resume": None,
@@ -1041,8 +1040,7 @@ def guarded_resume(tmp_path, monkeypatch, task=(), hydra=(), max_epochs=3, saved
     """RunDirGuard on `resume=<a stub run>` (its last checkpoint in epoch 1, started with no
     overrides, its saved config that of this command but for `seed`): the guard's own wiring,
     without the training the CLI tests of it need."""
-    for key in ("LOCAL_RANK", "RANK", "SLURM_PROCID"):
-        monkeypatch.delenv(key, raising=False)
+    single_process(monkeypatch)
     run = stub_run(tmp_path / "runs" / "r", "[]\n")
     torch.save({"epoch": 1}, run / "checkpoints" / "last.ckpt")
     settings = {"seed": 0, "trainer": {"max_epochs": max_epochs}}
@@ -1080,8 +1078,7 @@ def test_the_run_dir_guard_checks_a_resume(tmp_path, monkeypatch, capsys, change
 def test_the_run_dir_guard_lets_a_new_run_through(tmp_path, monkeypatch, resume):
     """resume=null in any spelling is a new run: nothing to resume, so nothing to compare (read
     as a path, 'None' was a run dir whose config could not be read, and every run stopped)."""
-    for key in ("LOCAL_RANK", "RANK", "SLURM_PROCID"):
-        monkeypatch.delenv(key, raising=False)
+    single_process(monkeypatch)
     overrides = {"task": [], "hydra": []}
     config = {"resume": resume, "paths": {"log_dir": str(tmp_path)}, "seed": 0}
     config["hydra"] = {"run": {"dir": "unused"}, "overrides": overrides}
@@ -1091,8 +1088,7 @@ def test_the_run_dir_guard_lets_a_new_run_through(tmp_path, monkeypatch, resume)
 def test_the_run_dir_guard_offers_resume_for_a_run_dir_given_by_hand(tmp_path, monkeypatch, capsys):
     """A new run given hydra.run.dir=<a run's dir>: train's guard (its config has resume=) says
     how to continue that run instead."""
-    for key in ("LOCAL_RANK", "RANK", "SLURM_PROCID"):
-        monkeypatch.delenv(key, raising=False)
+    single_process(monkeypatch)
     run = stub_run(tmp_path / "runs" / "r", "[]\n")
     config = {
         "resume": None,
