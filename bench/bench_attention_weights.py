@@ -13,7 +13,7 @@ padded sequences, four ways:
   passes over (B, nh, T, T), as attnexp computed them until session 30;
 - `fused`: `MultiHeadSelfAttention(need_weights=False)`, the kernel training uses (no weights).
 All four must give the same outputs (checked first, in float32). The ways take turns within each
-round, so drift of the machine's speed hits them alike; the medians over rounds are reported.
+round (`benchkit.taking_turns`); the medians over rounds are reported.
 `--device cuda --precision bf16-mixed` times them on a GPU under autocast.
 """
 
@@ -76,22 +76,22 @@ def main() -> None:
     mask = (torch.arange(args.length)[None, :] < lengths[:, None]).to(args.device)  # (B, T)
     x = torch.randn(args.batch_size, args.length, args.width, device=args.device)
     ways = forwards(layer, reference)
-    seconds: dict[str, list[float]] = {way: [] for way in WAYS}
     with torch.no_grad():
         outputs = {way: forward(x, mask) * mask[..., None] for way, forward in ways.items()}
         for way, out in outputs.items():  # padded positions differ by design: compared masked
             if not torch.allclose(out, outputs["attnexp"], atol=1e-5):
                 raise SystemExit(f"{way} gives other outputs than attnexp's MHSA")
-        for round_ in range(args.rounds):
-            for way in WAYS if round_ % 2 == 0 else WAYS[::-1]:
-                times = []
-                for _ in range(args.warmup + args.batches):
-                    start = benchkit.clock(args.device)
-                    with benchkit.autocast(args):
-                        ways[way](x, mask)
-                    times.append(benchkit.clock(args.device) - start)
-                seconds[way].append(statistics.median(times[args.warmup :]))
-    medians = {way: statistics.median(values) for way, values in seconds.items()}
+
+        def seconds(way: str, _: int) -> float:
+            start = benchkit.clock(args.device)
+            with benchkit.autocast(args):
+                ways[way](x, mask)
+            return benchkit.clock(args.device) - start
+
+        seconds_rounds = benchkit.taking_turns(
+            WAYS, args.rounds, args.warmup + args.batches, args.warmup, seconds
+        )
+    medians = {way: statistics.median(values) for way, values in seconds_rounds.items()}
     for way in WAYS:
         print(f"{way:<8} {medians[way] * 1000:9.1f} ms per forward (median of {args.rounds})")
     print(f"torch / attnexp: {medians['torch'] / medians['attnexp']:.2f}x")
@@ -106,7 +106,7 @@ def main() -> None:
             "precision": args.precision,
             "rounds": args.rounds,
             "seconds_per_forward": medians,
-            "seconds_per_forward_rounds": seconds,
+            "seconds_per_forward_rounds": seconds_rounds,
             "torch_over_attnexp": medians["torch"] / medians["attnexp"],
         },
     )

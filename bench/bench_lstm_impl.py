@@ -60,12 +60,13 @@ def main() -> None:
         make_batch(args.batch_size, args.length, 30_000, seed)
         for seed in range(args.warmup + args.batches)
     ]
-    seconds: dict[str, list[float]] = {impl: [] for impl in IMPLS}
-    for round_ in range(args.rounds):
-        order = IMPLS if round_ % 2 == 0 else IMPLS[::-1]
-        for impl in order:
-            times = [step_seconds(encoder, impl, ids, mask) for ids, mask in batches]
-            seconds[impl].append(statistics.median(times[args.warmup :]))
+    seconds = benchkit.taking_turns(
+        IMPLS,
+        args.rounds,
+        len(batches),
+        args.warmup,
+        lambda impl, i: step_seconds(encoder, impl, *batches[i]),
+    )
     medians = {impl: statistics.median(values) for impl, values in seconds.items()}
     for impl in IMPLS:
         print(f"{impl:<9} {medians[impl]:8.3f} s per forward + backward (median of {args.rounds})")

@@ -14,7 +14,7 @@ import json
 import logging
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -193,6 +193,20 @@ def paired_rounds(
             flush=True,
         )
     return summarize(rates["plain"], rates["runner"])
+
+
+def taking_turns(
+    ways: Sequence[str], rounds: int, calls: int, warmup: int, seconds: Callable[[str, int], float]
+) -> dict[str, list[float]]:
+    """Per way, one time per round: the median of `seconds(way, i)` over calls i = warmup ..
+    calls - 1 (the first `warmup` untimed). The ways take turns within each round, in reverse
+    order every other round, so drift of the machine's speed hits them alike."""
+    times: dict[str, list[float]] = {way: [] for way in ways}
+    for round_ in range(rounds):
+        for way in ways if round_ % 2 == 0 else ways[::-1]:
+            calls_seconds = [seconds(way, i) for i in range(calls)]
+            times[way].append(statistics.median(calls_seconds[warmup:]))
+    return times
 
 
 def summarize(plain: list[float], runner: list[float]) -> dict:
