@@ -22,8 +22,9 @@ def token_weights(attention: torch.Tensor | None, mask: torch.Tensor) -> dict[st
     if attention.ndim == 2:
         return {"pooling": attention * mask}
     if attention.ndim == 4:
-        queries = mask[:, None, :, None].float()  # (B, 1, T, 1)
-        received = (attention * queries).sum(2) / queries.sum(2).clamp(min=1.0)  # (B, nh, T)
+        queries = mask[:, None, None, :].float()  # (B, 1, 1, T)
+        # summed over the real queries as a product: no (B, nh, T, T) temporary
+        received = (queries @ attention).squeeze(2) / queries.sum(-1).clamp(min=1.0)  # (B, nh, T)
         received = received * mask[:, None, :]
         return {f"head{h}": received[:, h] for h in range(received.shape[1])}
     raise ValueError(
