@@ -18,7 +18,6 @@ round (`benchkit.taking_turns`); the medians over rounds are reported.
 """
 
 import argparse
-import statistics
 
 import benchkit
 import torch
@@ -88,10 +87,9 @@ def main() -> None:
                 ways[way](x, mask)
             return benchkit.clock(args.device) - start
 
-        seconds_rounds = benchkit.taking_turns(
+        medians, seconds_rounds = benchkit.taking_turns(
             WAYS, args.rounds, args.warmup + args.batches, args.warmup, seconds
         )
-    medians = {way: statistics.median(values) for way, values in seconds_rounds.items()}
     for way in WAYS:
         print(f"{way:<8} {medians[way] * 1000:9.1f} ms per forward (median of {args.rounds})")
     print(f"torch / attnexp: {medians['torch'] / medians['attnexp']:.2f}x")

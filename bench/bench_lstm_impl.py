@@ -13,7 +13,6 @@ them alike; the medians over rounds are reported.
 """
 
 import argparse
-import statistics
 import time
 
 import benchkit
@@ -60,14 +59,13 @@ def main() -> None:
         make_batch(args.batch_size, args.length, 30_000, seed)
         for seed in range(args.warmup + args.batches)
     ]
-    seconds = benchkit.taking_turns(
+    medians, seconds = benchkit.taking_turns(
         IMPLS,
         args.rounds,
         len(batches),
         args.warmup,
         lambda impl, i: step_seconds(encoder, impl, *batches[i]),
     )
-    medians = {impl: statistics.median(values) for impl, values in seconds.items()}
     for impl in IMPLS:
         print(f"{impl:<9} {medians[impl]:8.3f} s per forward + backward (median of {args.rounds})")
     print(f"packed / reversed: {medians['packed'] / medians['reversed']:.1f}x")

@@ -197,16 +197,17 @@ def paired_rounds(
 
 def taking_turns(
     ways: Sequence[str], rounds: int, calls: int, warmup: int, seconds: Callable[[str, int], float]
-) -> dict[str, list[float]]:
-    """Per way, one time per round: the median of `seconds(way, i)` over calls i = warmup ..
-    calls - 1 (the first `warmup` untimed). The ways take turns within each round, in reverse
-    order every other round, so drift of the machine's speed hits them alike."""
+) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """(per way the median over rounds, per way one time per round): a round's time is the
+    median of `seconds(way, i)` over calls i = warmup .. calls - 1 (the first `warmup` untimed).
+    The ways take turns within each round, in reverse order every other round, so drift of the
+    machine's speed hits them alike."""
     times: dict[str, list[float]] = {way: [] for way in ways}
     for round_ in range(rounds):
         for way in ways if round_ % 2 == 0 else ways[::-1]:
             calls_seconds = [seconds(way, i) for i in range(calls)]
             times[way].append(statistics.median(calls_seconds[warmup:]))
-    return times
+    return {way: statistics.median(values) for way, values in times.items()}, times
 
 
 def summarize(plain: list[float], runner: list[float]) -> dict:
