@@ -153,3 +153,54 @@ def test_simple_self_attention_ignores_padding():
     out_changed, _ = SimpleSelfAttention()(changed, mask)
     torch.testing.assert_close(out_changed[0, :3], out[0, :3])
     assert SimpleSelfAttention()(x, mask)[1] is None
+
+
+def simple_reference(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(X X^T) X over the real keys, written out."""
+    scores = (x @ x.transpose(1, 2)).masked_fill(~mask[:, None, :], float("-inf"))
+    weights = scores.softmax(-1)
+    return weights @ x, weights
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_simple_self_attention_equals_its_formula_with_gradients(need_weights):
+    """softmax(X X^T) X unscaled, through the fused kernel (training's path) and the weights path,
+    gradients included."""
+    torch.manual_seed(0)
+    x = torch.randn(3, T, E, requires_grad=True)
+    mask = lengths_to_mask(torch.tensor([3, 5, 1]), T)
+    out, weights = SimpleSelfAttention()(x, mask, need_weights=need_weights)
+    ref_x = x.detach().clone().requires_grad_(True)
+    ref_out, ref_weights = simple_reference(ref_x, mask)
+    torch.testing.assert_close(out, ref_out)
+    if need_weights:
+        torch.testing.assert_close(weights, ref_weights[:, None])
+    out.sum().backward()
+    ref_out.sum().backward()
+    torch.testing.assert_close(x.grad, ref_x.grad)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_simple_self_attention_fused_kernel_exactly_without_weights(need_weights, monkeypatch):
+    calls = []
+    fused = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(
+        torch.nn.functional,
+        "scaled_dot_product_attention",
+        lambda *args, **kwargs: calls.append(1) or fused(*args, **kwargs),
+    )
+    SimpleSelfAttention()(torch.randn(B, T, E), torch.ones(B, T, dtype=torch.bool), need_weights)
+    assert len(calls) == (0 if need_weights else 1)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_simple_self_attention_all_padding_attends_over_all_positions(need_weights):
+    """As MultiHeadSelfAttention: defined, whichever path, not left to the kernel."""
+    x = torch.randn(B, T, E)
+    mask = torch.tensor([[False] * T, [True] * 3 + [False] * 2])
+    out, weights = SimpleSelfAttention()(x, mask, need_weights)
+    torch.testing.assert_close(
+        out[:1], simple_reference(x[:1], torch.ones(1, T, dtype=torch.bool))[0]
+    )
+    if need_weights:
+        torch.testing.assert_close(weights[0].sum(-1), torch.ones(1, T))

@@ -5,7 +5,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnexp.errors import ConfigError, require_positive
-from attnexp.modules.masking import masked_softmax
 
 
 def check_heads(width: int, num_heads: int, sized_by: str = "model.hidden_size") -> None:
@@ -21,11 +20,19 @@ def check_heads(width: int, num_heads: int, sized_by: str = "model.hidden_size")
         )
 
 
+def attendable_keys(mask: torch.Tensor) -> torch.Tensor:
+    """The (B, 1, 1, T) key mask of a (B, T) mask. A sequence with no real token would softmax
+    over nothing (NaN or zeros, as the kernel has it); it sees all its keys instead, so its output
+    is defined and finite (its positions are padding, pooled away downstream)."""
+    return (mask | ~mask.any(dim=1, keepdim=True))[:, None, None, :]
+
+
 def attention_weights(
-    q: torch.Tensor, k: torch.Tensor, key_mask: torch.Tensor | None
+    q: torch.Tensor, k: torch.Tensor, key_mask: torch.Tensor | None, scale: float | None = None
 ) -> torch.Tensor:
-    """softmax(q k^T / sqrt(hd)) over the real keys: q, k (B, nh, T, hd), key_mask (B, 1, 1, T)
-    or None -> (B, nh, T, T). Every row must have a real key (the caller sees to it).
+    """softmax(scale q k^T) over the real keys, scale 1 / sqrt(hd) unless given: q, k (B, nh, T,
+    hd), key_mask (B, 1, 1, T) or None -> (B, nh, T, T). Every row must have a real key
+    (`attendable_keys` sees to it).
 
     The scale and the mask (as an additive bias of the dtype's smallest value) go into the one
     matmul, so the (B, nh, T, T) scores are written once: on the CPU each further pass over them
@@ -37,7 +44,10 @@ def attention_weights(
         bias.masked_fill_(~key_mask, torch.finfo(q.dtype).min)
     bias = bias.expand(B, nh, 1, T).reshape(B * nh, 1, T)
     scores = torch.baddbmm(
-        bias, q.reshape(B * nh, T, hd), k.reshape(B * nh, T, hd).transpose(1, 2), alpha=hd**-0.5
+        bias,
+        q.reshape(B * nh, T, hd),
+        k.reshape(B * nh, T, hd).transpose(1, 2),
+        alpha=hd**-0.5 if scale is None else scale,
     )  # (B * nh, T, T)
     return torch.softmax(scores, dim=-1).view(B, nh, T, T)
 
@@ -68,12 +78,7 @@ class MultiHeadSelfAttention(nn.Module):
         q, k, v = self.in_proj(x).split(E, dim=-1)  # 3 x (B, T, E)
         q, k, v = (t.view(B, T, self.num_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))
         # q, k, v: (B, nh, T, hd)
-        key_mask = None
-        if mask is not None:
-            # A sequence with no real token would softmax over nothing; let it see all keys so the
-            # output stays finite (its positions are padding and get pooled away downstream).
-            mask = mask | ~mask.any(dim=1, keepdim=True)
-            key_mask = mask[:, None, None, :]  # (B, 1, 1, T)
+        key_mask = None if mask is None else attendable_keys(mask)  # (B, 1, 1, T)
         dropout = self.dropout if self.training else 0.0
         if need_weights:
             weights = attention_weights(q, k, key_mask)  # (B, nh, T, T)
@@ -88,13 +93,20 @@ class MultiHeadSelfAttention(nn.Module):
 class SimpleSelfAttention(nn.Module):
     """Parameter-free self-attention softmax(X X^T) X over the real tokens (one head).
 
-    Same interface as `MultiHeadSelfAttention`; the weights (B, 1, T, T) come only when asked for.
+    Same interface as `MultiHeadSelfAttention`, as one head whose query, key and value are x,
+    unscaled: the weights (B, 1, T, T) come only when asked for, else the fused kernel runs.
     """
 
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, T, E), mask (B, T) -> out (B, T, E), weights (B, 1, T, T) or None."""
-        scores = x @ x.transpose(1, 2)  # (B, T, T)
-        weights = masked_softmax(scores, mask[:, None, :])  # keys masked
-        return weights @ x, weights.unsqueeze(1) if need_weights else None
+        x = x[:, None]  # (B, 1, T, E)
+        key_mask = attendable_keys(mask)  # (B, 1, 1, T)
+        if need_weights:
+            weights = attention_weights(x, x, key_mask, scale=1.0)  # (B, 1, T, T)
+            out = weights @ x
+        else:
+            weights = None
+            out = F.scaled_dot_product_attention(x, x, x, attn_mask=key_mask, scale=1.0)
+        return out.squeeze(1), weights
