@@ -1,0 +1,314 @@
+"""What the translation DataModules share: tokenizers per side, cached ids, bucketed batches,
+references grouped by source for multi-reference scoring.
+
+A batch: `src_ids`, `src_mask` (B, S); `tgt_in` ([BOS] y), `tgt_out` (y [EOS]), `tgt_mask` (B, U);
+`source_index` (B,) the pair's source in its split's `sources` list, and `decode` (B,) True on the
+one pair per source whose translation is scored (on a fixed subset of sources for validation).
+"""
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer
+from torch.utils.data import Dataset
+
+from attnexp.data.base import AttnDataModule, data_hash, fingerprint
+from attnexp.data.batching import bucketed_loader, check_epoch_order, pad_sequences
+from attnexp.data.text import PAD_ID, default_cache_dir, load_tokenizer, texts_hash, tokenizer_hash, write_tokenizer
+from attnexp.data.translation_text import (
+    BOS_ID,
+    EOS_ID,
+    check_tokenizer_kind,
+    check_translation_ids,
+    decode_sentence,
+    encode_sentences,
+    normalize_sentence,
+    train_translation_tokenizer,
+    words,
+)
+from attnexp.errors import ConfigError, require_bool, require_non_negative, require_positive
+from attnexp.files import write_atomically
+
+log = logging.getLogger(__name__)
+
+SIDES = ("src", "tgt")
+STAGES = ("train", "val", "test")
+
+
+@dataclass
+class PairSplit:
+    """One split's pairs, with the distinct sources and every reference each has."""
+
+    sources: list[str] = field(default_factory=list)
+    targets: list[str] = field(default_factory=list)
+    source_index: list[int] = field(default_factory=list)  # per pair
+    unique_sources: list[str] = field(default_factory=list)
+    references: list[list[str]] = field(default_factory=list)  # per unique source
+
+    @classmethod
+    def from_pairs(cls, pairs: list[tuple[str, str]]) -> "PairSplit":
+        split, index = cls(), {}
+        for source, target in pairs:
+            key = normalize_sentence(source)
+            if key not in index:
+                index[key] = len(split.unique_sources)
+                split.unique_sources.append(source)
+                split.references.append([])
+            split.sources.append(source)
+            split.targets.append(target)
+            split.source_index.append(index[key])
+            split.references[index[key]].append(normalize_sentence(target))
+        return split
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+
+class PairDataset(Dataset):
+    """Encoded pairs (ids without BOS/EOS), their source index and whether each is decoded."""
+
+    def __init__(self, src: list[list[int]], tgt: list[list[int]], source_index: list[int], decode: list[bool]):
+        self.src, self.tgt = src, tgt
+        self.source_index = torch.tensor(source_index, dtype=torch.long)
+        self.decode = torch.tensor(decode, dtype=torch.bool)
+        # Bucket on the longer side: both sides of a pair are padded in one batch.
+        self.lengths = torch.tensor([max(len(s), len(t)) + 1 for s, t in zip(src, tgt, strict=True)])
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def __getitem__(self, index: int) -> int:
+        return index  # collate gathers the whole batch
+
+    def collate(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        src_ids, src_mask = pad_sequences([self.src[i] for i in indices], PAD_ID)  # (B, S)
+        tgt_in, tgt_mask = pad_sequences([[BOS_ID, *self.tgt[i]] for i in indices], PAD_ID)  # (B, U)
+        tgt_out, _ = pad_sequences([[*self.tgt[i], EOS_ID] for i in indices], PAD_ID)  # (B, U)
+        return {
+            "src_ids": src_ids,
+            "src_mask": src_mask,
+            "tgt_in": tgt_in,
+            "tgt_out": tgt_out,
+            "tgt_mask": tgt_mask,
+            "source_index": self.source_index[indices],
+            "decode": self.decode[indices],
+        }
+
+
+class TranslationDataModule(AttnDataModule):
+    """Base class: subclasses read the raw pairs (`load_splits`); this class tokenizes and batches.
+
+    Args:
+        src, tgt: languages of the source and target side (each one of the subclass's `languages`).
+        tokenizer: word | bpe; vocab_size, min_frequency, lowercase: its training settings.
+        max_tokens: pairs with more d2l words on either side are left out (null: keep all).
+        batch_size / eval_batch_size: pairs per (length-bucketed) batch.
+        val_bleu_sources: validation sources translated each epoch for val/bleu (the first ones).
+        tokenizer_path: a run dir holding tokenizer_src.json and tokenizer_tgt.json to reuse.
+        cache_dir: token-id cache (null: $ATTNEXP_CACHE or ~/.cache/attnexp).
+    """
+
+    input_kind = "translation"
+    languages: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        data_dir: str,
+        source: str = "auto",
+        src: str = "en",
+        tgt: str = "fr",
+        tokenizer: str = "word",
+        vocab_size: int = 10000,
+        min_frequency: int = 2,
+        lowercase: bool = True,
+        max_tokens: int | None = None,
+        batch_size: int = 64,
+        eval_batch_size: int = 256,
+        val_bleu_sources: int = 200,
+        pool_batches: int = 50,
+        tokenizer_path: str | None = None,
+        cache_dir: str | None = None,
+        epoch_order: str = "reshuffle",
+        seed: int = 0,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        for key, lang in (("src", src), ("tgt", tgt)):
+            if lang not in self.languages:
+                raise ConfigError(
+                    f"data.{key}={lang} is not one of {', '.join(self.languages)} (set data.{key}=...)"
+                )
+        if src == tgt:
+            raise ConfigError(f"data.src and data.tgt are both {src} (set data.tgt to another language)")
+        check_tokenizer_kind(tokenizer)
+        check_epoch_order(epoch_order)
+        require_bool("data.lowercase", lowercase)
+        for key, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size), ("vocab_size", vocab_size), ("pool_batches", pool_batches)):
+            require_positive(f"data.{key}", value)
+        require_non_negative("data.val_bleu_sources", val_bleu_sources)
+        require_non_negative("data.num_workers", num_workers)
+        if max_tokens is not None:
+            require_positive("data.max_tokens", max_tokens)
+        self.data_dir, self.source_request = Path(data_dir), source
+        self.src, self.tgt = src, tgt
+        self.tokenizer_kind, self.vocab_size, self.min_frequency = tokenizer, vocab_size, min_frequency
+        self.lowercase, self.max_tokens = lowercase, max_tokens
+        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
+        self.val_bleu_sources, self.pool_batches = val_bleu_sources, pool_batches
+        self.tokenizer_path = tokenizer_path
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+        self.epoch_order, self.seed, self.num_workers = epoch_order, seed, num_workers
+        self.tokenizers: dict[str, Tokenizer] = {}
+        self.splits: dict[str, PairSplit] = {}
+        self.datasets: dict[str, PairDataset] = {}
+        # Sizes and checks of the data as split: recorded in the run's metrics.json.
+        self.summary: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ subclass API
+    def load_splits(self) -> dict[str, list[tuple[str, str]]]:
+        """{"train", "val", "test"} -> (source, target) pairs in the configured direction; sets
+        `self.source` and may add to `self.summary`."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ setup
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets:
+            return
+        raw = self.load_splits()
+        self.data_hash = data_hash({k: tuple(zip(*v, strict=True)) for k, v in raw.items() if v})
+        for stage_name in STAGES:
+            if not raw.get(stage_name):
+                raise ConfigError(
+                    f"{self.data_subdir}: the {stage_name} split has no pairs after the length filter "
+                    f"(data.max_tokens={self.max_tokens}; raise it, or give more data)"
+                )
+            self.splits[stage_name] = PairSplit.from_pairs(raw[stage_name])
+        train = self.splits["train"]
+        if self.tokenizer_path is not None:
+            self._load_tokenizers(Path(self.tokenizer_path))
+        else:
+            for side, texts in (("src", train.sources), ("tgt", train.targets)):
+                self.tokenizers[side] = train_translation_tokenizer(
+                    texts, self.tokenizer_kind, self.vocab_size, self.min_frequency, self.lowercase
+                )
+        for stage_name, split in self.splits.items():
+            src = self._encode("src", split.sources)
+            tgt = self._encode("tgt", split.targets)
+            first = self._decoded_pairs(split, stage_name)
+            self.datasets[stage_name] = PairDataset(src, tgt, split.source_index, first)
+            self.fingerprints[stage_name] = fingerprint(split.sources, split.targets)
+            self.summary[f"{stage_name}_pairs"] = len(split)
+            self.summary[f"{stage_name}_sources"] = len(split.unique_sources)
+        self.summary["src_vocab_size"] = self.tokenizers["src"].get_vocab_size()
+        self.summary["tgt_vocab_size"] = self.tokenizers["tgt"].get_vocab_size()
+        self.summary["direction"] = f"{self.src}->{self.tgt}"
+        log.info("translation data: %s", self.summary)
+
+    def _decoded_pairs(self, split: PairSplit, stage: str) -> list[bool]:
+        """True on the first pair of each source (of the first val_bleu_sources for val)."""
+        limit = self.val_bleu_sources if stage == "val" else len(split.unique_sources)
+        seen, decode = set(), []
+        for index in split.source_index:
+            decode.append(index < limit and index not in seen)
+            seen.add(index)
+        return decode
+
+    def _encode(self, side: str, texts: list[str]) -> list[list[int]]:
+        """Token ids, cached under a hash of the tokenizer and the texts."""
+        tokenizer = self.tokenizers[side]
+        path = self.cache_dir / "translation" / f"{texts_hash(texts, tokenizer_hash(tokenizer))}.pt"
+        if path.is_file():
+            try:
+                flat = torch.load(path, weights_only=True)
+                return [t.tolist() for t in flat["ids"].split(flat["lengths"].tolist())]
+            except (RuntimeError, OSError, KeyError, EOFError) as err:
+                log.warning("encoding again: the cached ids %s are broken (%s)", path, err)
+        ids = encode_sentences(tokenizer, texts)
+        flat = {
+            "ids": torch.tensor([i for row in ids for i in row], dtype=torch.int32),
+            "lengths": torch.tensor([len(row) for row in ids], dtype=torch.long),
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, lambda partial: torch.save(flat, partial))
+        return ids
+
+    # ------------------------------------------------------------------ artifacts
+    def save_artifacts(self, run_dir: str) -> None:
+        for side, tokenizer in self.tokenizers.items():
+            write_tokenizer(tokenizer, Path(run_dir) / f"tokenizer_{side}.json")
+
+    def load_artifacts(self, run_dir: str) -> None:
+        self.tokenizer_path = run_dir
+
+    def _load_tokenizers(self, folder: Path) -> None:
+        for side in SIDES:
+            path = folder / f"tokenizer_{side}.json"
+            self.tokenizers[side] = check_translation_ids(
+                load_tokenizer(path, setting="data.tokenizer_path"), str(path)
+            )
+
+    # ------------------------------------------------------------------ what the task reads
+    @property
+    def model_kwargs(self) -> dict[str, Any]:
+        longest = max(int(d.lengths.max()) for d in self.datasets.values())
+        return {
+            "src_vocab_size": self.tokenizers["src"].get_vocab_size(),
+            "tgt_vocab_size": self.tokenizers["tgt"].get_vocab_size(),
+            "max_len": max(64, 2 * longest),
+        }
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.model_kwargs["tgt_vocab_size"])
+
+    def references(self, stage: str) -> list[list[str]]:
+        """Every reference of each distinct source of a split, normalised as the tokenizers do."""
+        return self.splits[stage].references
+
+    def unique_sources(self, stage: str) -> list[str]:
+        return self.splits[stage].unique_sources
+
+    def decode_target(self, ids: list[int]) -> str:
+        return decode_sentence(self.tokenizers["tgt"], ids)
+
+    def decode_source(self, ids: list[int]) -> str:
+        return decode_sentence(self.tokenizers["src"], ids)
+
+    def encode_sources(self, texts: list[str]) -> dict[str, torch.Tensor]:
+        """Raw source sentences -> `src_ids`, `src_mask` as in training."""
+        ids, mask = pad_sequences(encode_sentences(self.tokenizers["src"], texts), PAD_ID)
+        return {"src_ids": ids, "src_mask": mask}
+
+    # ------------------------------------------------------------------ loaders
+    def _loader(self, stage: str):
+        dataset = self.datasets[stage]
+        return bucketed_loader(
+            dataset,
+            dataset.lengths,
+            self.batch_size if stage == "train" else self.eval_batch_size,
+            train=stage == "train",
+            seed=self.seed,
+            collate_fn=dataset.collate,
+            num_workers=self.num_workers,
+            epoch_order=self.epoch_order,
+            pool_batches=self.pool_batches,
+        )
+
+    def train_dataloader(self):
+        return self._loader("train")
+
+    def val_dataloader(self):
+        return self._loader("val")
+
+    def test_dataloader(self):
+        return self._loader("test")
+
+
+def length_filter(pairs: list[tuple[str, str]], max_tokens: int | None) -> list[tuple[str, str]]:
+    """Pairs whose sides both have at most `max_tokens` d2l words (None: all)."""
+    if max_tokens is None:
+        return pairs
+    return [p for p in pairs if len(words(p[0])) <= max_tokens and len(words(p[1])) <= max_tokens]

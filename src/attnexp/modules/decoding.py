@@ -1,0 +1,140 @@
+"""Greedy and batched beam-search decoding for any encoder-decoder with a step interface.
+
+A model decodes through two calls (shapes: B batch, S source, V target vocabulary):
+- `start(src_ids, src_mask) -> state`: a dict of tensors, each with the batch first;
+- `step(state, prev_tokens (B,)) -> (logits (B, V), state, attention (B, S) or None)`.
+Beams are reordered by indexing every state tensor on its first axis, so a model's state needs
+nothing more than batch-first tensors.
+"""
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+
+class Seq2SeqOutput(NamedTuple):
+    """What the encoder-decoders return: logits (B, U, V), and the target-over-source attention
+    (B, U, S) (the last layer's, averaged over heads, for the Transformer) or None."""
+
+    logits: torch.Tensor
+    attention: torch.Tensor | None = None
+
+
+class Hypothesis(NamedTuple):
+    tokens: list[int]  # without BOS and EOS
+    score: float  # length-normalised log-probability (beam) or summed log-probability (greedy)
+    attention: torch.Tensor | None  # (len(tokens) + 1, S): one row per emitted token, EOS included
+
+
+def select_state(state: dict[str, torch.Tensor], index: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {k: v.index_select(0, index) for k, v in state.items()}
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT's ((5 + length) / 6) ** alpha (Wu et al. 2016); alpha = 0: none."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+@torch.no_grad()
+def greedy_decode(
+    model, src_ids: torch.Tensor, src_mask: torch.Tensor, bos_id: int, eos_id: int, max_len: int
+) -> list[Hypothesis]:
+    """The most probable token each step, until EOS; at `max_len` tokens every sentence is made
+    to end (EOS counted), as `beam_search` does, so beam size 1 gives the same hypotheses."""
+    B = src_ids.shape[0]
+    state = model.start(src_ids, src_mask)
+    prev = torch.full((B,), bos_id, dtype=torch.long, device=src_ids.device)
+    tokens, scores, rows = [], torch.zeros(B, device=src_ids.device), []
+    done = torch.zeros(B, dtype=torch.bool, device=src_ids.device)
+    for t in range(max_len):
+        logits, state, attention = model.step(state, prev)
+        log_probs = F.log_softmax(logits.float(), dim=-1)  # (B, V)
+        best, prev = log_probs.max(dim=-1)  # (B,)
+        if t == max_len - 1:
+            best, prev = log_probs[:, eos_id], torch.full_like(prev, eos_id)
+        scores += best * ~done
+        tokens.append(prev)
+        rows.append(attention)
+        done = done | (prev == eos_id)
+        if bool(done.all()):
+            break
+    tokens = torch.stack(tokens, dim=1).tolist()  # (B, steps)
+    out = []
+    for b in range(B):
+        length = tokens[b].index(eos_id) + 1  # every row ends with EOS by max_len
+        attention = None if rows[0] is None else torch.stack([r[b] for r in rows[:length]]).cpu()
+        out.append(Hypothesis(tokens[b][: length - 1], float(scores[b]), attention))  # (length, S)
+    return out
+
+
+@torch.no_grad()
+def beam_search(
+    model,
+    src_ids: torch.Tensor,
+    src_mask: torch.Tensor,
+    bos_id: int,
+    eos_id: int,
+    max_len: int,
+    beam_size: int = 5,
+    alpha: float = 0.0,
+    n_best: int = 1,
+) -> list[list[Hypothesis]]:
+    """Batched beam search; per sentence its `n_best` hypotheses, best first.
+
+    Each step the 2K best continuations of the K live beams are ranked; an EOS among the first K
+    finishes a hypothesis (scored by log-probability / length_penalty(its length, EOS
+    included)), the best K others live on. A sentence is done when K hypotheses have finished;
+    at `max_len` every live beam is made to end. With K = 1 this is greedy decoding.
+    """
+    B, K = src_ids.shape[0], beam_size
+    device = src_ids.device
+    state = select_state(model.start(src_ids, src_mask), torch.arange(B, device=device).repeat_interleave(K))
+    scores = torch.full((B, K), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # one live beam per sentence at first: the others are copies of it
+    tokens = torch.full((B, K, 1), bos_id, dtype=torch.long, device=device)
+    attention_rows: torch.Tensor | None = None  # (B, K, t, S)
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    done = [False] * B
+    for t in range(max_len):
+        logits, state, attention = model.step(state, tokens[:, :, -1].reshape(-1))
+        log_probs = F.log_softmax(logits.float(), dim=-1)  # (B * K, V)
+        V = log_probs.shape[-1]
+        if t == max_len - 1:  # the last step: every beam ends here
+            forced = torch.full_like(log_probs, float("-inf"))
+            forced[:, eos_id] = log_probs[:, eos_id]
+            log_probs = forced
+        candidates = (scores[:, :, None] + log_probs.view(B, K, V)).view(B, K * V)
+        top_scores, top_index = candidates.topk(min(2 * K, K * V), dim=-1)  # (B, 2K)
+        beam, token = top_index // V, top_index % V  # (B, 2K)
+        step_rows = None if attention is None else attention.view(B, K, 1, -1)  # (B, K, 1, S)
+        if step_rows is not None:
+            attention_rows = step_rows if attention_rows is None else torch.cat([attention_rows, step_rows], 2)
+        is_eos = token == eos_id
+        ends = (is_eos[:, :K] & torch.isfinite(top_scores[:, :K])).nonzero().tolist()
+        for b, j in ends:
+            if done[b]:
+                continue
+            k = int(beam[b, j])
+            finished[b].append(
+                Hypothesis(
+                    tokens[b, k, 1:].tolist(),
+                    float(top_scores[b, j]) / length_penalty(t + 1, alpha),
+                    None if attention_rows is None else attention_rows[b, k].cpu(),
+                )
+            )
+        for b in range(B):
+            done[b] = done[b] or len(finished[b]) >= K
+        if all(done):
+            break
+        # The K best continuations that do not end: EOS candidates sort after every other one.
+        rank = is_eos.long() * (2 * K) + torch.arange(top_index.shape[1], device=device)
+        keep = rank.argsort(dim=-1)[:, :K]  # (B, K)
+        next_beam, next_token = beam.gather(1, keep), token.gather(1, keep)
+        scores = top_scores.gather(1, keep).masked_fill(next_token == eos_id, float("-inf"))
+        flat = (torch.arange(B, device=device)[:, None] * K + next_beam).view(-1)  # (B * K,)
+        state = select_state(state, flat)
+        tokens = torch.cat([tokens.view(B * K, -1)[flat].view(B, K, -1), next_token[:, :, None]], 2)
+        if attention_rows is not None:
+            attention_rows = attention_rows.view(B * K, *attention_rows.shape[2:])[flat].view(B, K, *attention_rows.shape[2:])
+    return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]

@@ -1,0 +1,214 @@
+"""The LightningModule of the translation experiments (seq2seq, transformer_seq2seq).
+
+Training: token cross-entropy (label smoothing optional) over the real target tokens, with the
+model's teacher forcing. Validation: per-token loss, perplexity and token accuracy (teacher
+forced), and BLEU of greedy translations of a fixed subset of sources. Test: the same, plus
+sacrebleu BLEU (cased and lowercased) and chrF of greedy and beam translations of every test source
+against all its references; the signatures go to `results` (the run records them).
+"""
+
+import logging
+import math
+from collections.abc import Callable
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnexp.data.translation_text import BOS_ID, EOS_ID, words
+from attnexp.errors import ConfigError, require_positive
+from attnexp.modules.decoding import beam_search, greedy_decode
+from attnexp.tasks.optim import param_groups
+from attnexp.tasks.translation_metrics import d2l_bleu, sacrebleu_scores
+
+log = logging.getLogger(__name__)
+MODEL_INPUTS = ("src_ids", "src_mask", "tgt_in")
+
+
+class TranslationTask(pl.LightningModule):
+    """Args:
+        model: an encoder-decoder with forward(src_ids, src_mask, tgt_in) -> Seq2SeqOutput and the
+            start/step interface of modules/decoding.py.
+        num_classes: the target vocabulary size (from the DataModule; unused but checked).
+        optimizer / scheduler / weight_decay: as ClassificationTask's.
+        label_smoothing: of the training loss (validation and test report the plain NLL).
+        beam_size, alpha, max_len: test decoding (beam_size 1: greedy only).
+        probe_pairs: [source, reference] pairs translated greedily at test and scored with d2l's
+            bigram BLEU (d2l's four sentences), logged as test/probe_bleu2_<i>.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        num_classes: int,
+        optimizer: Callable[..., torch.optim.Optimizer],
+        scheduler: Callable[..., object] | None = None,
+        weight_decay: float = 0.0,
+        label_smoothing: float = 0.0,
+        beam_size: int = 5,
+        alpha: float = 0.6,
+        max_len: int = 50,
+        probe_pairs: list[list[str]] | None = None,
+        test_set_names: list[str] | tuple[str, ...] = (),
+    ) -> None:
+        super().__init__()
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ConfigError(f"task.label_smoothing={label_smoothing} must be in [0, 1) (set task.label_smoothing=...)")
+        require_positive("decode.beam_size", beam_size)
+        require_positive("decode.max_len", max_len)
+        if test_set_names:
+            raise ConfigError(f"translation has no extra test sets, got {list(test_set_names)}")
+        self.model, self.num_classes = model, num_classes
+        self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
+        self.weight_decay, self.label_smoothing = weight_decay, label_smoothing
+        self.beam_size, self.alpha, self.max_len = beam_size, alpha, max_len
+        self.probe_pairs = [list(p) for p in probe_pairs or []]
+        self.notes: list[str] = []
+        self.results: dict = {}  # signatures and probe translations, for the run's record
+        self._sums: dict[str, torch.Tensor] = {}
+        self._hypotheses: dict[str, dict[int, str]] = {}
+
+    def forward(self, **inputs: torch.Tensor):
+        return self.model(**inputs)
+
+    # ------------------------------------------------------------------ steps
+    def _shared_step(self, batch: dict, stage: str) -> torch.Tensor:
+        out = self.model(**{k: batch[k] for k in MODEL_INPUTS})
+        logits, target, mask = out.logits, batch["tgt_out"], batch["tgt_mask"]  # (B, U, V), (B, U)
+        V = logits.shape[-1]
+        nll = F.cross_entropy(logits.reshape(-1, V), target.reshape(-1), reduction="none").view_as(target)
+        tokens = mask.sum()
+        if stage == "train" and self.label_smoothing > 0:
+            smooth = F.cross_entropy(
+                logits.reshape(-1, V), target.reshape(-1), reduction="none", label_smoothing=self.label_smoothing
+            ).view_as(target)
+            loss = (smooth * mask).sum() / tokens
+        else:
+            loss = (nll * mask).sum() / tokens
+        correct = ((logits.argmax(-1) == target) & mask).sum()
+        self._add(stage, nll=(nll * mask).sum().detach(), tokens=tokens, correct=correct)
+        return loss
+
+    def _add(self, stage: str, **values: torch.Tensor) -> None:
+        for name, value in values.items():
+            key = f"{stage}/{name}"
+            self._sums[key] = self._sums.get(key, 0) + value.detach().float()
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        loss = self._shared_step(batch, "train")
+        self.log("train/loss_step", loss, prog_bar=True, batch_size=batch["tgt_in"].shape[0])
+        return loss
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self._shared_step(batch, "val")
+        self._translate(batch, "val", beam=False)
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self._shared_step(batch, "test")
+        self._translate(batch, "test_greedy", beam=False)
+        if self.beam_size > 1:
+            self._translate(batch, "test_beam", beam=True)
+
+    def _translate(self, batch: dict, key: str, beam: bool) -> None:
+        """Translate the pairs flagged `decode` (one per source) and keep the detokenised text."""
+        rows = batch["decode"].nonzero().flatten()
+        if rows.numel() == 0:
+            return
+        src_ids, src_mask = batch["src_ids"][rows], batch["src_mask"][rows]
+        hypotheses = self.translate(src_ids, src_mask, beam)
+        datamodule = self.trainer.datamodule
+        store = self._hypotheses.setdefault(key, {})
+        for index, tokens in zip(batch["source_index"][rows].tolist(), hypotheses, strict=True):
+            store[index] = datamodule.decode_target(tokens)
+
+    def translate(self, src_ids: torch.Tensor, src_mask: torch.Tensor, beam: bool) -> list[list[int]]:
+        """Token ids of the best translation of each source (greedy, or beam search)."""
+        if beam:
+            best = beam_search(self.model, src_ids, src_mask, BOS_ID, EOS_ID, self.max_len, self.beam_size, self.alpha)
+            return [hyps[0].tokens for hyps in best]
+        return [h.tokens for h in greedy_decode(self.model, src_ids, src_mask, BOS_ID, EOS_ID, self.max_len)]
+
+    # ------------------------------------------------------------------ epoch ends
+    def _token_metrics(self, stage: str) -> dict[str, float]:
+        sums = {k.split("/", 1)[1]: v for k, v in self._sums.items() if k.startswith(f"{stage}/")}
+        if not sums:
+            return {}
+        for key in [k for k in self._sums if k.startswith(f"{stage}/")]:
+            del self._sums[key]
+        tokens = float(sums["tokens"])
+        loss = float(sums["nll"]) / max(tokens, 1.0)
+        metrics = {f"{stage}/loss": loss, f"{stage}/acc": float(sums["correct"]) / max(tokens, 1.0)}
+        if stage != "train":
+            metrics[f"{stage}/ppl"] = math.exp(min(loss, 50.0))
+        return metrics
+
+    def _scores(self, key: str, stage: str) -> dict[str, float | str]:
+        found = self._hypotheses.pop(key, {})
+        if not found:
+            return {}
+        references = self.trainer.datamodule.references(stage)
+        order = sorted(found)
+        return sacrebleu_scores([found[i] for i in order], [references[i] for i in order])
+
+    def on_train_epoch_end(self) -> None:
+        metrics = self._token_metrics("train")
+        if metrics:
+            self.log_dict(metrics, sync_dist=True)
+
+    def on_validation_epoch_end(self) -> None:
+        metrics = self._token_metrics("val")
+        scores = self._scores("val", "val")
+        if scores:
+            metrics["val/bleu"] = scores["bleu"]
+        if metrics:
+            self.log_dict(metrics, prog_bar=True, sync_dist=True)
+
+    def on_test_epoch_end(self) -> None:
+        metrics = self._token_metrics("test")
+        for decoding in ("greedy", "beam"):
+            scores = self._scores(f"test_{decoding}", "test")
+            for name in ("bleu", "bleu_lc", "chrf"):
+                if name in scores:
+                    metrics[f"test/{name}_{decoding}"] = scores[name]
+            signatures = {k: v for k, v in scores.items() if k.startswith("signature")}
+            self.results.update(signatures)
+        main = "beam" if self.beam_size > 1 else "greedy"
+        for name in ("bleu", "bleu_lc", "chrf"):
+            if f"test/{name}_{main}" in metrics:
+                metrics[f"test/{name}"] = metrics[f"test/{name}_{main}"]
+        metrics.update(self._probe_scores())
+        if metrics:
+            self.log_dict(metrics, sync_dist=True)
+
+    def _probe_scores(self) -> dict[str, float]:
+        """d2l's showcase: translate its sentences, score each with the bigram BLEU it uses."""
+        if not self.probe_pairs:
+            return {}
+        datamodule = self.trainer.datamodule
+        batch = datamodule.encode_sources([source for source, _ in self.probe_pairs])
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        hypotheses = self.translate(batch["src_ids"], batch["src_mask"], beam=False)
+        metrics, shown = {}, []
+        for i, ((source, reference), tokens) in enumerate(zip(self.probe_pairs, hypotheses, strict=True)):
+            text = datamodule.decode_target(tokens)
+            score = d2l_bleu(" ".join(words(text.lower())), " ".join(words(reference.lower())), k=2)
+            metrics[f"test/probe_bleu2_{i}"] = score
+            shown.append({"source": source, "translation": text, "reference": reference, "bleu2": score})
+            log.info("%s => %s, bleu %.3f", source, text, score)
+        self.results["probe_translations"] = shown
+        return metrics
+
+    # ------------------------------------------------------------------ optimiser
+    def build_optimizer(self) -> torch.optim.Optimizer:
+        try:
+            return self.optimizer_factory(param_groups(self.model, self.weight_decay))
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"optimizer refuses its settings: {err} (set optimizer.<that setting>=...)") from err
+
+    def configure_optimizers(self):
+        optimizer = self.build_optimizer()
+        if self.scheduler_factory is None:
+            return optimizer
+        scheduler = self.scheduler_factory(optimizer, num_training_steps=int(self.trainer.estimated_stepping_batches))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
