@@ -50,7 +50,7 @@ def main(cfg: DictConfig) -> float | None:
 
 
 def summary(metrics: dict[str, float], run_dir: str) -> str:
-    keys = sorted((k for k in metrics if k.startswith(("test/acc", "val/acc"))), key=natural_key)
+    keys = sorted((k for k in metrics if k.startswith(("test/acc", "val/acc", "test/bleu", "test/chrf", "val/bleu"))), key=natural_key)
     lines = [f"  {k:<24} {metrics[k]:.4f}" for k in keys]
     return "\n".join([f"run dir: {run_dir}", *lines])
 

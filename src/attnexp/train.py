@@ -100,6 +100,8 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         choices={k: v for k, v in choices.items() if not k.startswith("hydra")},
         num_params=sum(p.numel() for p in task.model.parameters()),
     )
+    if getattr(datamodule, "summary", None):  # split sizes and checks (translation data)
+        record.update(data_summary=datamodule.summary)
     if datamodule.source == "sample":
         record.warn("data: trained on the embedded sample, not the full dataset")
     for note in datamodule.notes:
@@ -135,6 +137,8 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         trainer.test(task, datamodule=datamodule, ckpt_path=best or None, verbose=verbose)
         metrics.update(scalar_metrics(trainer.callback_metrics))
         record.reload(*WORKER_KEYS)  # ddp_spawn: the notes the test's rank-0 worker recorded
+        if getattr(task, "results", None):  # sacrebleu signatures, probe translations
+            record.update(translation=task.results)
 
     hparams = run_hparams(cfg, record.data.get("choices", {}), datamodule.source)
     for tb_logger in [lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]:

@@ -1,0 +1,127 @@
+"""fra-eng and Multi30k DataModules: the split by source, references, tokenizers, batches."""
+
+import pytest
+import torch
+from translation_data import write_fra_eng, write_multi30k
+
+from attnexp.data.fra_eng import FraEngDataModule, read_fra, split_by_source
+from attnexp.data.multi30k import Multi30kDataModule
+from attnexp.data.text import load_tokenizer
+from attnexp.data.translation_text import (
+    BOS_ID,
+    EOS_ID,
+    decode_sentence,
+    normalize_sentence,
+    overlap_key,
+    train_translation_tokenizer,
+    words,
+)
+from attnexp.errors import ConfigError
+
+
+def fra_eng(tmp_path, **kwargs) -> FraEngDataModule:
+    write_fra_eng(tmp_path / "data", num_pairs=400)
+    settings = dict(val_sources=30, test_sources=60, cache_dir=str(tmp_path / "cache"), min_frequency=1)
+    dm = FraEngDataModule(data_dir=str(tmp_path / "data"), **{**settings, **kwargs})
+    dm.setup("fit")
+    return dm
+
+
+def test_the_split_shares_no_source_between_train_and_held_out(tmp_path):
+    dm = fra_eng(tmp_path)
+    train = {overlap_key(s) for s in dm.splits["train"].sources}
+    for stage in ("val", "test"):
+        held_out = {overlap_key(s) for s in dm.splits[stage].sources}
+        assert held_out and not held_out & train
+    assert not {overlap_key(s) for s in dm.splits["val"].sources} & {
+        overlap_key(s) for s in dm.splits["test"].sources
+    }
+    assert dm.summary["test_sources_in_train"] == 0 and dm.source == "local"
+
+
+def test_a_held_out_source_seen_in_training_up_to_case_and_punctuation_is_dropped():
+    pairs = [("Go.", "Va !"), ("go!", "Vas-y !"), ("Run.", "Cours !"), ("Hi.", "Salut.")]
+    splits, counts = split_by_source(pairs, val_sources=1, test_sources=2, split_seed=0, train_head=1)
+    assert splits["train"] == [("Go.", "Va !")]
+    assert all(s != "go!" for s, _ in splits["test"] + splits["val"])
+    assert counts["val_sources_dropped_as_seen_in_train"] + counts["test_sources_dropped_as_seen_in_train"] == 1
+
+
+def test_every_reference_of_a_source_is_kept_for_scoring(tmp_path):
+    dm = fra_eng(tmp_path)
+    refs = dm.references("test")
+    assert len(refs) == len(dm.unique_sources("test")) == dm.summary["test_sources"]
+    multi = [r for r in refs if len(r) > 1]
+    assert multi, "the generated data gives some sources two translations"
+    assert all("\u202f" not in ref for r in refs for ref in r)
+    decoded = dm.datasets["test"].decode
+    assert int(decoded.sum()) == len(refs)  # one decoded pair per source
+
+
+def test_batches_hold_bos_and_eos_and_masks(tmp_path):
+    dm = fra_eng(tmp_path)
+    batch = next(iter(dm.train_dataloader()))
+    assert (batch["tgt_in"][:, 0] == BOS_ID).all()
+    lengths = batch["tgt_mask"].sum(1)
+    assert (batch["tgt_out"][torch.arange(len(lengths)), lengths - 1] == EOS_ID).all()
+    assert batch["src_mask"].dtype == torch.bool and batch["src_ids"].shape == batch["src_mask"].shape
+
+
+def test_direction_and_length_filter(tmp_path):
+    dm = fra_eng(tmp_path, src="fr", tgt="en", max_tokens=4)
+    assert all(len(words(s)) <= 4 for s in dm.splits["train"].sources)
+    assert dm.splits["train"].sources[0].split()[0].lower() in {"je", "tu", "il", "vois", "aime", "le", "chat", "chien", "rouge", "grand", "maison", "cours"}
+
+
+def test_embedded_sample_is_used_with_a_note_when_there_is_no_data(tmp_path):
+    dm = FraEngDataModule(data_dir=str(tmp_path / "none"), val_sources=50, test_sources=100, cache_dir=str(tmp_path / "c"))
+    dm.setup("fit")
+    assert dm.source == "sample" and any("sample" in n for n in dm.notes)
+
+
+def test_tokenizer_normalises_saves_and_loads(tmp_path):
+    texts = ["Va\u202f!", "J'ai perdu.", "Il est calme.", "Il est calme !"]
+    for kind in ("word", "bpe"):
+        tokenizer = train_translation_tokenizer(texts, kind, vocab_size=60, min_frequency=1)
+        ids = tokenizer.encode("Il est calme.", add_special_tokens=False).ids
+        path = tmp_path / f"{kind}.json"
+        tokenizer.save(str(path))
+        again = load_tokenizer(path)
+        assert again.encode("Il est calme.", add_special_tokens=False).ids == ids
+        assert decode_sentence(again, [BOS_ID, *ids, EOS_ID]).replace(" ", "") == "ilestcalme."
+    word = train_translation_tokenizer(texts, "word", vocab_size=60, min_frequency=1)
+    assert word.encode("va !", add_special_tokens=False).tokens == ["va", "!"]
+    assert normalize_sentence("Va\u202f!") == "Va !"
+
+
+def test_the_run_dir_tokenizers_are_reused(tmp_path):
+    dm = fra_eng(tmp_path)
+    dm.save_artifacts(str(tmp_path))
+    again = FraEngDataModule(data_dir=str(tmp_path / "data"), val_sources=30, test_sources=60, cache_dir=str(tmp_path / "cache"))
+    again.load_artifacts(str(tmp_path))
+    again.setup("fit")
+    assert again.tokenizers["tgt"].to_str() == dm.tokenizers["tgt"].to_str()
+
+
+def test_multi30k_reads_any_direction(tmp_path):
+    write_multi30k(tmp_path / "data")
+    dm = Multi30kDataModule(data_dir=str(tmp_path / "data"), src="fr", tgt="de", cache_dir=str(tmp_path / "c"), min_frequency=1)
+    dm.setup("fit")
+    assert (dm.summary["train_pairs"], dm.summary["val_pairs"], dm.summary["test_pairs"]) == (200, 40, 40)
+    assert dm.summary["direction"] == "fr->de"
+
+
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [({"src": "xx"}, "data.src"), ({"src": "en", "tgt": "en"}, "data.tgt"), ({"tokenizer": "char"}, "data.tokenizer")],
+)
+def test_bad_settings_name_the_key(tmp_path, kwargs, key):
+    with pytest.raises(ConfigError, match=key):
+        FraEngDataModule(data_dir=str(tmp_path), **kwargs)
+
+
+def test_a_line_without_a_tab_names_file_and_line(tmp_path):
+    path = tmp_path / "fra.txt"
+    path.write_text("Go.\tVa !\nno tab here\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="fra.txt:2"):
+        read_fra(path)

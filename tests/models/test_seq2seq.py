@@ -1,0 +1,102 @@
+"""The encoder-decoders: padding is ignored, attention leaves it out, teacher forcing feeds the
+reference, every option builds."""
+
+from functools import partial
+
+import pytest
+import torch
+
+from attnexp.errors import ConfigError
+from attnexp.models.seq2seq import Seq2Seq
+from attnexp.models.transformer_seq2seq import TransformerSeq2Seq
+from attnexp.modules.scorers import AdditiveScorer, BilinearScorer, DotScorer, ScaledDotScorer
+
+V = 16
+SCORERS = [AdditiveScorer, BilinearScorer, DotScorer, ScaledDotScorer]
+
+
+def batch(seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, V, (3, 6), generator=generator)
+    mask = torch.ones(3, 6, dtype=torch.bool)
+    mask[0, 4:] = False
+    mask[1, 2:] = False
+    tgt_in = torch.randint(4, V, (3, 5), generator=generator)
+    tgt_in[:, 0] = 2
+    return src, mask, tgt_in
+
+
+def models():
+    torch.manual_seed(0)
+    built = [Seq2Seq(V, V, partial(s), embed_dim=8, hidden_size=8, num_layers=2) for s in SCORERS]
+    built.append(Seq2Seq(V, V, None, attention="none", embed_dim=8, hidden_size=8))
+    built.append(
+        Seq2Seq(V, V, partial(AdditiveScorer), cell="lstm", bidirectional=True, bridge=True,
+                input_feeding=True, tie_embeddings=True, embed_dim=8, hidden_size=8)
+    )
+    built.append(TransformerSeq2Seq(V, V, max_len=16, hidden_size=8, depth=2, heads=2, ffn_size=16))
+    return built
+
+
+@pytest.mark.parametrize("model", models(), ids=lambda m: type(m).__name__)
+def test_padded_source_positions_get_no_attention_and_change_nothing(model):
+    model.eval()
+    src, mask, tgt_in = batch()
+    with torch.no_grad():
+        out = model(src, mask, tgt_in, return_attention=True)
+        other = src.masked_fill(~mask, 7)
+        again = model(other, mask, tgt_in)
+    assert out.logits.shape == (3, 5, V)
+    assert torch.allclose(out.logits, again.logits, atol=1e-5)
+    if out.attention is not None:
+        assert out.attention.shape == (3, 5, 6)
+        assert (out.attention.masked_select(~mask[:, None, :].expand(-1, 5, -1)) == 0).all()
+        assert torch.allclose(out.attention.sum(-1), torch.ones(3, 5), atol=1e-5)
+
+
+@pytest.mark.parametrize("model", models(), ids=lambda m: type(m).__name__)
+def test_forward_equals_stepping_with_the_reference(model):
+    """The teacher-forced forward is the step-by-step decoder fed the reference tokens."""
+    model.eval()
+    src, mask, tgt_in = batch(1)
+    with torch.no_grad():
+        logits = model(src, mask, tgt_in).logits
+        state, stepped = model.start(src, mask), []
+        for t in range(tgt_in.shape[1]):
+            step_logits, state, _ = model.step(state, tgt_in[:, t])
+            stepped.append(step_logits)
+    assert torch.allclose(logits, torch.stack(stepped, 1), atol=1e-5)
+
+
+def test_teacher_forcing_one_feeds_the_reference_and_zero_the_models_guess():
+    torch.manual_seed(0)
+    src, mask, tgt_in = batch(2)
+    forced = Seq2Seq(V, V, partial(AdditiveScorer), embed_dim=8, hidden_size=8, dropout=0.0, teacher_forcing=1.0)
+    free = Seq2Seq(V, V, partial(AdditiveScorer), embed_dim=8, hidden_size=8, dropout=0.0, teacher_forcing=0.0)
+    free.load_state_dict(forced.state_dict())
+    forced.train(), free.train()
+    with torch.no_grad():
+        reference = forced(src, mask, tgt_in).logits
+        own = free(src, mask, tgt_in).logits
+        state, guesses, prev = free.start(src, mask), [], tgt_in[:, 0]
+        for _ in range(tgt_in.shape[1]):
+            step_logits, state, _ = free.step(state, prev)
+            guesses.append(step_logits)
+            prev = step_logits.argmax(-1)
+    assert torch.allclose(own, torch.stack(guesses, 1), atol=1e-5)
+    assert not torch.allclose(reference[:, 1:], own[:, 1:])
+    assert torch.allclose(reference[:, 0], own[:, 0], atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [
+        ({"cell": "rnn"}, "model.cell"),
+        ({"attention": "luong"}, "model.attention"),
+        ({"bidirectional": True}, "model.bridge"),
+        ({"teacher_forcing": 1.5}, "model.teacher_forcing"),
+    ],
+)
+def test_bad_settings_name_the_key(kwargs, key):
+    with pytest.raises(ConfigError, match=key):
+        Seq2Seq(V, V, partial(AdditiveScorer), **kwargs)
