@@ -23,6 +23,7 @@ from imdb_data import train_in_process, write_imdb
 from lcqmc_data import write_lcqmc
 from mnist_data import write_mnist
 from omegaconf import OmegaConf
+from translation_data import write_fra_eng, write_multi30k
 
 from attnexp.build import build
 
@@ -76,6 +77,11 @@ def model_for_data(conf_dir: Path = CONF_DIR) -> dict[str, str]:
 
 
 MODELS = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml"))
+# Translation models read (source, target) batches and return Seq2SeqOutput: their padding and
+# fast_dev_run checks are in tests/models/test_seq2seq.py and tests/tasks/test_translation.py.
+CLASSIFIERS = [
+    m for m in MODELS if target_of(CONF_DIR / "model" / f"{m}.yaml").input_kind != "translation"
+]
 BAG_MODELS = sorted(m for m, data in data_of_model().items() if data == "bag_mnist")
 
 
@@ -86,6 +92,8 @@ def tiny_root(tmp_path_factory, monkeypatch_module):
     write_mnist(data, num_train=120, num_test=60)
     write_imdb(data, num_train=48, num_test=16)
     write_lcqmc(data, splits={"train": 48, "dev": 24, "test": 16})
+    write_fra_eng(data, num_pairs=5000)  # the default split holds out 3,000 distinct sources
+    write_multi30k(data)
     monkeypatch_module.setenv("ATTNEXP_CACHE", str(root / "cache"))
     return root
 
@@ -208,6 +216,8 @@ def test_every_option_composes_and_builds(tiny_root, override):
         data = override.split("=", 1)[1]
         assert data in model_for_data(), f"no model reads the batches of data={data}"
         extra.append(f"model={model_for_data()[data]}")
+    if override == "task=translation":  # the default model is a classifier
+        extra.append("model=seq2seq")
     try:
         cfg = compose_in(tiny_root, *extra, override)
     except MissingConfigException as err:  # e.g. hparams_search=*optuna without the Optuna plugin
@@ -241,7 +251,7 @@ def with_padding_filled(inputs: dict, fill_seed: int) -> dict:
     return filled
 
 
-@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("model", CLASSIFIERS)
 def test_every_model_ignores_padded_content(tiny_root, model):
     """What padded positions hold changes no logit, and (B, T) attention weights leave them out.
     Every batch gets padding here: the last position of each row is masked off (rows stay a run
@@ -266,7 +276,7 @@ ON_GPU = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), rea
 
 
 @pytest.mark.parametrize("trainer", ["default", pytest.param("gpu", marks=ON_GPU)])  # gpu: bf16
-@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("model", CLASSIFIERS)
 def test_every_model_fast_dev_run(tiny_root, tmp_path, model, trainer):
     cfg = compose_in(
         tiny_root,

@@ -125,3 +125,9 @@ def test_a_line_without_a_tab_names_file_and_line(tmp_path):
     path.write_text("Go.\tVa !\nno tab here\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="fra.txt:2"):
         read_fra(path)
+
+
+def test_too_few_sources_for_the_held_out_sets_names_the_keys():
+    pairs = [(f"s{i}.", f"t{i}.") for i in range(10)]
+    with pytest.raises(ConfigError, match="data.test_sources"):
+        split_by_source(pairs, val_sources=5, test_sources=5, split_seed=0)

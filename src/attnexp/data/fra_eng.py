@@ -86,6 +86,12 @@ def split_by_source(
         held_out = [k for k in by_source if k not in train_keys]
     else:
         held_out = list(by_source)
+    if len(held_out) <= (0 if train_head is not None else test_sources + val_sources):
+        raise ConfigError(
+            f"fra-eng: {len(held_out)} distinct sources cannot give {test_sources} test and "
+            f"{val_sources} validation sources and leave some to train on (set data.test_sources=... "
+            f"and data.val_sources=... lower, or give more data)"
+        )
     random.Random(split_seed).shuffle(held_out)
     test_keys = held_out[:test_sources]
     val_keys = held_out[test_sources : test_sources + val_sources]

@@ -53,6 +53,11 @@ class TranslationTask(pl.LightningModule):
         test_set_names: list[str] | tuple[str, ...] = (),
     ) -> None:
         super().__init__()
+        if getattr(model, "input_kind", None) != "translation":
+            raise ConfigError(
+                f"task=translation trains encoder-decoders, and {type(model).__name__} is not one "
+                f"(set model=seq2seq or model=transformer_seq2seq)"
+            )
         if not 0.0 <= label_smoothing < 1.0:
             raise ConfigError(f"task.label_smoothing={label_smoothing} must be in [0, 1) (set task.label_smoothing=...)")
         require_positive("decode.beam_size", beam_size)
