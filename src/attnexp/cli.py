@@ -49,8 +49,12 @@ def main(cfg: DictConfig) -> float | None:
     return metrics.get(objective) if objective else None
 
 
+# Accuracy for the classifiers, BLEU and chrF for translation.
+SUMMARY_KEYS = ("test/acc", "val/acc", "test/bleu", "test/chrf", "val/bleu")
+
+
 def summary(metrics: dict[str, float], run_dir: str) -> str:
-    keys = sorted((k for k in metrics if k.startswith(("test/acc", "val/acc", "test/bleu", "test/chrf", "val/bleu"))), key=natural_key)
+    keys = sorted((k for k in metrics if k.startswith(SUMMARY_KEYS)), key=natural_key)
     lines = [f"  {k:<24} {metrics[k]:.4f}" for k in keys]
     return "\n".join([f"run dir: {run_dir}", *lines])
 

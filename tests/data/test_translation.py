@@ -21,7 +21,9 @@ from attnexp.errors import ConfigError
 
 def fra_eng(tmp_path, **kwargs) -> FraEngDataModule:
     write_fra_eng(tmp_path / "data", num_pairs=400)
-    settings = dict(val_sources=30, test_sources=60, cache_dir=str(tmp_path / "cache"), min_frequency=1)
+    settings = dict(
+        val_sources=30, test_sources=60, cache_dir=str(tmp_path / "cache"), min_frequency=1
+    )
     dm = FraEngDataModule(data_dir=str(tmp_path / "data"), **{**settings, **kwargs})
     dm.setup("fit")
     return dm
@@ -41,10 +43,16 @@ def test_the_split_shares_no_source_between_train_and_held_out(tmp_path):
 
 def test_a_held_out_source_seen_in_training_up_to_case_and_punctuation_is_dropped():
     pairs = [("Go.", "Va !"), ("go!", "Vas-y !"), ("Run.", "Cours !"), ("Hi.", "Salut.")]
-    splits, counts = split_by_source(pairs, val_sources=1, test_sources=2, split_seed=0, train_head=1)
+    splits, counts = split_by_source(
+        pairs, val_sources=1, test_sources=2, split_seed=0, train_head=1
+    )
     assert splits["train"] == [("Go.", "Va !")]
     assert all(s != "go!" for s, _ in splits["test"] + splits["val"])
-    assert counts["val_sources_dropped_as_seen_in_train"] + counts["test_sources_dropped_as_seen_in_train"] == 1
+    assert (
+        counts["val_sources_dropped_as_seen_in_train"]
+        + counts["test_sources_dropped_as_seen_in_train"]
+        == 1
+    )
 
 
 def test_every_reference_of_a_source_is_kept_for_scoring(tmp_path):
@@ -64,17 +72,37 @@ def test_batches_hold_bos_and_eos_and_masks(tmp_path):
     assert (batch["tgt_in"][:, 0] == BOS_ID).all()
     lengths = batch["tgt_mask"].sum(1)
     assert (batch["tgt_out"][torch.arange(len(lengths)), lengths - 1] == EOS_ID).all()
-    assert batch["src_mask"].dtype == torch.bool and batch["src_ids"].shape == batch["src_mask"].shape
+    assert (
+        batch["src_mask"].dtype == torch.bool and batch["src_ids"].shape == batch["src_mask"].shape
+    )
 
 
 def test_direction_and_length_filter(tmp_path):
     dm = fra_eng(tmp_path, src="fr", tgt="en", max_tokens=4)
     assert all(len(words(s)) <= 4 for s in dm.splits["train"].sources)
-    assert dm.splits["train"].sources[0].split()[0].lower() in {"je", "tu", "il", "vois", "aime", "le", "chat", "chien", "rouge", "grand", "maison", "cours"}
+    assert dm.splits["train"].sources[0].split()[0].lower() in {
+        "je",
+        "tu",
+        "il",
+        "vois",
+        "aime",
+        "le",
+        "chat",
+        "chien",
+        "rouge",
+        "grand",
+        "maison",
+        "cours",
+    }
 
 
 def test_embedded_sample_is_used_with_a_note_when_there_is_no_data(tmp_path):
-    dm = FraEngDataModule(data_dir=str(tmp_path / "none"), val_sources=50, test_sources=100, cache_dir=str(tmp_path / "c"))
+    dm = FraEngDataModule(
+        data_dir=str(tmp_path / "none"),
+        val_sources=50,
+        test_sources=100,
+        cache_dir=str(tmp_path / "c"),
+    )
     dm.setup("fit")
     assert dm.source == "sample" and any("sample" in n for n in dm.notes)
 
@@ -97,7 +125,12 @@ def test_tokenizer_normalises_saves_and_loads(tmp_path):
 def test_the_run_dir_tokenizers_are_reused(tmp_path):
     dm = fra_eng(tmp_path)
     dm.save_artifacts(str(tmp_path))
-    again = FraEngDataModule(data_dir=str(tmp_path / "data"), val_sources=30, test_sources=60, cache_dir=str(tmp_path / "cache"))
+    again = FraEngDataModule(
+        data_dir=str(tmp_path / "data"),
+        val_sources=30,
+        test_sources=60,
+        cache_dir=str(tmp_path / "cache"),
+    )
     again.load_artifacts(str(tmp_path))
     again.setup("fit")
     assert again.tokenizers["tgt"].to_str() == dm.tokenizers["tgt"].to_str()
@@ -105,15 +138,29 @@ def test_the_run_dir_tokenizers_are_reused(tmp_path):
 
 def test_multi30k_reads_any_direction(tmp_path):
     write_multi30k(tmp_path / "data")
-    dm = Multi30kDataModule(data_dir=str(tmp_path / "data"), src="fr", tgt="de", cache_dir=str(tmp_path / "c"), min_frequency=1)
+    dm = Multi30kDataModule(
+        data_dir=str(tmp_path / "data"),
+        src="fr",
+        tgt="de",
+        cache_dir=str(tmp_path / "c"),
+        min_frequency=1,
+    )
     dm.setup("fit")
-    assert (dm.summary["train_pairs"], dm.summary["val_pairs"], dm.summary["test_pairs"]) == (200, 40, 40)
+    assert (dm.summary["train_pairs"], dm.summary["val_pairs"], dm.summary["test_pairs"]) == (
+        200,
+        40,
+        40,
+    )
     assert dm.summary["direction"] == "fr->de"
 
 
 @pytest.mark.parametrize(
     "kwargs, key",
-    [({"src": "xx"}, "data.src"), ({"src": "en", "tgt": "en"}, "data.tgt"), ({"tokenizer": "char"}, "data.tokenizer")],
+    [
+        ({"src": "xx"}, "data.src"),
+        ({"src": "en", "tgt": "en"}, "data.tgt"),
+        ({"tokenizer": "char"}, "data.tokenizer"),
+    ],
 )
 def test_bad_settings_name_the_key(tmp_path, kwargs, key):
     with pytest.raises(ConfigError, match=key):

@@ -31,8 +31,18 @@ def models():
     built = [Seq2Seq(V, V, partial(s), embed_dim=8, hidden_size=8, num_layers=2) for s in SCORERS]
     built.append(Seq2Seq(V, V, None, attention="none", embed_dim=8, hidden_size=8))
     built.append(
-        Seq2Seq(V, V, partial(AdditiveScorer), cell="lstm", bidirectional=True, bridge=True,
-                input_feeding=True, tie_embeddings=True, embed_dim=8, hidden_size=8)
+        Seq2Seq(
+            V,
+            V,
+            partial(AdditiveScorer),
+            cell="lstm",
+            bidirectional=True,
+            bridge=True,
+            input_feeding=True,
+            tie_embeddings=True,
+            embed_dim=8,
+            hidden_size=8,
+        )
     )
     built.append(TransformerSeq2Seq(V, V, max_len=16, hidden_size=8, depth=2, heads=2, ffn_size=16))
     return built
@@ -71,8 +81,12 @@ def test_forward_equals_stepping_with_the_reference(model):
 def test_teacher_forcing_one_feeds_the_reference_and_zero_the_models_guess():
     torch.manual_seed(0)
     src, mask, tgt_in = batch(2)
-    forced = Seq2Seq(V, V, partial(AdditiveScorer), embed_dim=8, hidden_size=8, dropout=0.0, teacher_forcing=1.0)
-    free = Seq2Seq(V, V, partial(AdditiveScorer), embed_dim=8, hidden_size=8, dropout=0.0, teacher_forcing=0.0)
+    forced = Seq2Seq(
+        V, V, partial(AdditiveScorer), embed_dim=8, hidden_size=8, dropout=0.0, teacher_forcing=1.0
+    )
+    free = Seq2Seq(
+        V, V, partial(AdditiveScorer), embed_dim=8, hidden_size=8, dropout=0.0, teacher_forcing=0.0
+    )
     free.load_state_dict(forced.state_dict())
     forced.train(), free.train()
     with torch.no_grad():

@@ -2,6 +2,7 @@
 
 import itertools
 import math
+from functools import partial
 
 import torch
 from torch import nn
@@ -9,7 +10,6 @@ from torch import nn
 from attnexp.models.seq2seq import Seq2Seq
 from attnexp.modules.decoding import beam_search, greedy_decode, length_penalty
 from attnexp.modules.scorers import AdditiveScorer
-from functools import partial
 
 BOS, EOS = 2, 3
 
@@ -47,12 +47,18 @@ def test_beam_search_finds_the_best_hypothesis_of_an_exhaustive_search():
     src = torch.tensor([[1], [4], [0]])
     words = [0, 1, 4]  # every token but BOS and EOS (0 and 1 stand for padding and unknown here)
     for alpha in (0.0, 1.0):
-        found = beam_search(model, src, None, BOS, EOS, max_len, beam_size=64, alpha=alpha, n_best=1)
+        found = beam_search(
+            model, src, None, BOS, EOS, max_len, beam_size=64, alpha=alpha, n_best=1
+        )
         for row, hyps in enumerate(found):
-            candidates = [list(c) for n in range(max_len) for c in itertools.product(words + [BOS], repeat=n)]
+            candidates = [
+                list(c) for n in range(max_len) for c in itertools.product(words + [BOS], repeat=n)
+            ]
             best = max(candidates, key=lambda c: sequence_score(model, src[row], c, alpha))
             assert hyps[0].tokens == best
-            assert math.isclose(hyps[0].score, sequence_score(model, src[row], best, alpha), rel_tol=1e-5)
+            assert math.isclose(
+                hyps[0].score, sequence_score(model, src[row], best, alpha), rel_tol=1e-5
+            )
 
 
 def test_beam_size_one_equals_greedy():
@@ -66,7 +72,9 @@ def test_beam_size_one_equals_greedy():
     for g, (b,) in zip(greedy, beam, strict=True):
         assert g.tokens == b.tokens
         assert math.isclose(g.score, b.score * length_penalty(len(b.tokens) + 1, 0.6), rel_tol=1e-5)
-        assert g.attention.shape == (len(g.tokens) + 1, 5) and torch.allclose(g.attention, b.attention)
+        assert g.attention.shape == (len(g.tokens) + 1, 5) and torch.allclose(
+            g.attention, b.attention
+        )
 
 
 def test_decoding_stops_at_eos_and_ends_every_sentence_by_max_len():

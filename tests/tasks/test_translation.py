@@ -26,7 +26,10 @@ VARIANTS = [
     ("seq2seq", "scorer=dot"),
     ("seq2seq", "scorer=scaled_dot"),
     ("seq2seq", "model.attention=none"),
-    ("seq2seq", "model.cell=lstm model.bidirectional=true model.bridge=true model.input_feeding=true model.tie_embeddings=true model.embed_dim=8"),
+    (
+        "seq2seq",
+        "model.cell=lstm model.bidirectional=true model.bridge=true model.input_feeding=true model.tie_embeddings=true model.embed_dim=8",
+    ),
     ("transformer_seq2seq", "model.heads=2 model.ffn_size=16 model.norm=post"),
 ]
 
@@ -41,7 +44,9 @@ def data_dir(tmp_path_factory):
 
 @pytest.mark.parametrize("model, extra", VARIANTS)
 def test_every_model_and_scorer_fast_dev_run(compose_cfg, tmp_path, data_dir, model, extra):
-    cfg = compose_cfg(f"model={model}", *extra.split(), *TINY, "debug=fdr", f"paths.data_dir={data_dir}")
+    cfg = compose_cfg(
+        f"model={model}", *extra.split(), *TINY, "debug=fdr", f"paths.data_dir={data_dir}"
+    )
     metrics = train_in_process(cfg, tmp_path / "run")
     assert 0.0 <= metrics["test/bleu"] <= 100.0 and metrics["test/ppl"] > 1.0
     assert {"test/bleu_greedy", "test/bleu_beam", "test/chrf", "test/bleu_lc"} <= set(metrics)
@@ -54,8 +59,12 @@ def test_every_model_and_scorer_fast_dev_run(compose_cfg, tmp_path, data_dir, mo
 
 def test_d2l_nmt_tests_the_final_weights_on_its_probe_sentences(compose_cfg, tmp_path, data_dir):
     cfg = compose_cfg(
-        "experiment=translation/d2l_nmt", *TINY, f"paths.data_dir={data_dir}", "data.train_head=150",
-        "trainer.max_epochs=2", "trainer.check_val_every_n_epoch=1",
+        "experiment=translation/d2l_nmt",
+        *TINY,
+        f"paths.data_dir={data_dir}",
+        "data.train_head=150",
+        "trainer.max_epochs=2",
+        "trainer.check_val_every_n_epoch=1",
     )
     metrics = train_in_process(cfg, tmp_path / "run")
     assert {f"test/probe_bleu2_{i}" for i in range(4)} <= set(metrics)
@@ -66,8 +75,12 @@ def test_d2l_nmt_tests_the_final_weights_on_its_probe_sentences(compose_cfg, tmp
 
 def test_nmt_fra_eng_keeps_the_best_checkpoint_by_val_bleu(compose_cfg, tmp_path, data_dir):
     cfg = compose_cfg(
-        "experiment=translation/nmt_fra_eng", *TINY, f"paths.data_dir={data_dir}", "model.embed_dim=8",
-        "trainer.max_epochs=2", "trainer.limit_train_batches=2",
+        "experiment=translation/nmt_fra_eng",
+        *TINY,
+        f"paths.data_dir={data_dir}",
+        "model.embed_dim=8",
+        "trainer.max_epochs=2",
+        "trainer.limit_train_batches=2",
     )
     metrics = train_in_process(cfg, tmp_path / "run")
     assert "val/bleu_best" in metrics and "val/bleu" in metrics
@@ -77,9 +90,16 @@ def test_nmt_fra_eng_keeps_the_best_checkpoint_by_val_bleu(compose_cfg, tmp_path
 
 def test_multi30k_runs_in_the_configured_direction(compose_cfg, tmp_path, data_dir):
     cfg = compose_cfg(
-        "experiment=translation/nmt_multi30k", "data.src=en", "data.tgt=fr", "model.hidden_size=8",
-        "model.embed_dim=8", "debug=fdr", "logger=csv", "trainer.enable_progress_bar=false",
-        "data.min_frequency=1", f"paths.data_dir={data_dir}",
+        "experiment=translation/nmt_multi30k",
+        "data.src=en",
+        "data.tgt=fr",
+        "model.hidden_size=8",
+        "model.embed_dim=8",
+        "debug=fdr",
+        "logger=csv",
+        "trainer.enable_progress_bar=false",
+        "data.min_frequency=1",
+        f"paths.data_dir={data_dir}",
     )
     train_in_process(cfg, tmp_path / "run")
     record = json.loads((tmp_path / "run" / "metrics.json").read_text())
@@ -88,10 +108,20 @@ def test_multi30k_runs_in_the_configured_direction(compose_cfg, tmp_path, data_d
 
 def test_cli_trains_seq2seq_on_the_embedded_sample(tmp_path):
     result = run_cli(
-        tmp_path, "model=seq2seq", "data=fra_eng", "data.val_sources=50", "data.test_sources=100",
-        "model.hidden_size=16", "model.embed_dim=16", "trainer.max_epochs=1",
-        "trainer.limit_train_batches=3", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
-        "trainer.enable_progress_bar=false", "decode.beam_size=2", "logger=csv",
+        tmp_path,
+        "model=seq2seq",
+        "data=fra_eng",
+        "data.val_sources=50",
+        "data.test_sources=100",
+        "model.hidden_size=16",
+        "model.embed_dim=16",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=3",
+        "trainer.limit_val_batches=1",
+        "trainer.limit_test_batches=1",
+        "trainer.enable_progress_bar=false",
+        "decode.beam_size=2",
+        "logger=csv",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (record_path,) = (tmp_path / "outputs").rglob("metrics.json")

@@ -5,7 +5,12 @@ import math
 import pytest
 import sacrebleu
 
-from attnexp.tasks.translation_metrics import corpus_bleu, d2l_bleu, reference_streams, sacrebleu_scores
+from attnexp.tasks.translation_metrics import (
+    corpus_bleu,
+    d2l_bleu,
+    reference_streams,
+    sacrebleu_scores,
+)
 
 HYPOTHESES = ["the cat sat on the mat .", "there is a cat on the mat", "a dog runs in the big park"]
 REFERENCES = [
@@ -16,16 +21,24 @@ REFERENCES = [
 
 
 def test_our_corpus_bleu_equals_sacrebleu_on_known_strings():
-    ours = corpus_bleu([h.split() for h in HYPOTHESES], [[r.split() for r in refs] for refs in REFERENCES])
-    theirs = sacrebleu.corpus_bleu(HYPOTHESES, reference_streams(REFERENCES), tokenize="none", smooth_method="none")
+    ours = corpus_bleu(
+        [h.split() for h in HYPOTHESES], [[r.split() for r in refs] for refs in REFERENCES]
+    )
+    theirs = sacrebleu.corpus_bleu(
+        HYPOTHESES, reference_streams(REFERENCES), tokenize="none", smooth_method="none"
+    )
     assert ours > 0 and math.isclose(ours, theirs.score, rel_tol=1e-9)
 
 
 def test_single_reference_and_short_hypotheses_take_the_brevity_penalty():
     hyps, refs = ["a b c d"], [["a b c d e f g h"]]
     ours = corpus_bleu([h.split() for h in hyps], [[r.split() for r in rs] for rs in refs])
-    theirs = sacrebleu.corpus_bleu(hyps, reference_streams(refs), tokenize="none", smooth_method="none")
-    assert math.isclose(ours, theirs.score, rel_tol=1e-9) and ours < 100 * math.exp(1 - 8 / 4) + 1e-9
+    theirs = sacrebleu.corpus_bleu(
+        hyps, reference_streams(refs), tokenize="none", smooth_method="none"
+    )
+    assert (
+        math.isclose(ours, theirs.score, rel_tol=1e-9) and ours < 100 * math.exp(1 - 8 / 4) + 1e-9
+    )
 
 
 def test_d2l_bleu_reproduces_the_chapters_scores():
@@ -36,7 +49,9 @@ def test_d2l_bleu_reproduces_the_chapters_scores():
 
 
 def test_sacrebleu_scores_use_every_reference_and_record_signatures():
-    scores = sacrebleu_scores(["The cat is on the mat."], [["the cat is on the mat.", "The cat is on the mat."]])
+    scores = sacrebleu_scores(
+        ["The cat is on the mat."], [["the cat is on the mat.", "The cat is on the mat."]]
+    )
     assert scores["bleu"] == pytest.approx(100.0)
     only_first = sacrebleu_scores(["The cat is on the mat."], [["the cat is on the mat."]])
     assert only_first["bleu"] < 100.0 and only_first["bleu_lc"] == pytest.approx(100.0)

@@ -164,7 +164,9 @@ class FraEngDataModule(TranslationDataModule):
         )
         self.summary.update(pairs_read=len(pairs), pairs_after_length_filter=len(kept), **counts)
         if counts["test_sources_in_train"]:
-            raise RuntimeError(f"split by source left {counts['test_sources_in_train']} test sources in train")
+            raise RuntimeError(
+                f"split by source left {counts['test_sources_in_train']} test sources in train"
+            )
         return splits
 
     def _local_file(self, folder: Path) -> Path:

@@ -17,7 +17,14 @@ from torch.utils.data import Dataset
 
 from attnexp.data.base import AttnDataModule, data_hash, fingerprint
 from attnexp.data.batching import bucketed_loader, check_epoch_order, pad_sequences
-from attnexp.data.text import PAD_ID, default_cache_dir, load_tokenizer, texts_hash, tokenizer_hash, write_tokenizer
+from attnexp.data.text import (
+    PAD_ID,
+    default_cache_dir,
+    load_tokenizer,
+    texts_hash,
+    tokenizer_hash,
+    write_tokenizer,
+)
 from attnexp.data.translation_text import (
     BOS_ID,
     EOS_ID,
@@ -70,12 +77,20 @@ class PairSplit:
 class PairDataset(Dataset):
     """Encoded pairs (ids without BOS/EOS), their source index and whether each is decoded."""
 
-    def __init__(self, src: list[list[int]], tgt: list[list[int]], source_index: list[int], decode: list[bool]):
+    def __init__(
+        self,
+        src: list[list[int]],
+        tgt: list[list[int]],
+        source_index: list[int],
+        decode: list[bool],
+    ):
         self.src, self.tgt = src, tgt
         self.source_index = torch.tensor(source_index, dtype=torch.long)
         self.decode = torch.tensor(decode, dtype=torch.bool)
         # Bucket on the longer side: both sides of a pair are padded in one batch.
-        self.lengths = torch.tensor([max(len(s), len(t)) + 1 for s, t in zip(src, tgt, strict=True)])
+        self.lengths = torch.tensor(
+            [max(len(s), len(t)) + 1 for s, t in zip(src, tgt, strict=True)]
+        )
 
     def __len__(self) -> int:
         return len(self.src)
@@ -85,7 +100,9 @@ class PairDataset(Dataset):
 
     def collate(self, indices: list[int]) -> dict[str, torch.Tensor]:
         src_ids, src_mask = pad_sequences([self.src[i] for i in indices], PAD_ID)  # (B, S)
-        tgt_in, tgt_mask = pad_sequences([[BOS_ID, *self.tgt[i]] for i in indices], PAD_ID)  # (B, U)
+        tgt_in, tgt_mask = pad_sequences(
+            [[BOS_ID, *self.tgt[i]] for i in indices], PAD_ID
+        )  # (B, U)
         tgt_out, _ = pad_sequences([[*self.tgt[i], EOS_ID] for i in indices], PAD_ID)  # (B, U)
         return {
             "src_ids": src_ids,
@@ -142,11 +159,18 @@ class TranslationDataModule(AttnDataModule):
                     f"data.{key}={lang} is not one of {', '.join(self.languages)} (set data.{key}=...)"
                 )
         if src == tgt:
-            raise ConfigError(f"data.src and data.tgt are both {src} (set data.tgt to another language)")
+            raise ConfigError(
+                f"data.src and data.tgt are both {src} (set data.tgt to another language)"
+            )
         check_tokenizer_kind(tokenizer)
         check_epoch_order(epoch_order)
         require_bool("data.lowercase", lowercase)
-        for key, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size), ("vocab_size", vocab_size), ("pool_batches", pool_batches)):
+        for key, value in (
+            ("batch_size", batch_size),
+            ("eval_batch_size", eval_batch_size),
+            ("vocab_size", vocab_size),
+            ("pool_batches", pool_batches),
+        ):
             require_positive(f"data.{key}", value)
         require_non_negative("data.val_bleu_sources", val_bleu_sources)
         require_non_negative("data.num_workers", num_workers)
@@ -154,7 +178,11 @@ class TranslationDataModule(AttnDataModule):
             require_positive("data.max_tokens", max_tokens)
         self.data_dir, self.source_request = Path(data_dir), source
         self.src, self.tgt = src, tgt
-        self.tokenizer_kind, self.vocab_size, self.min_frequency = tokenizer, vocab_size, min_frequency
+        self.tokenizer_kind, self.vocab_size, self.min_frequency = (
+            tokenizer,
+            vocab_size,
+            min_frequency,
+        )
         self.lowercase, self.max_tokens = lowercase, max_tokens
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.val_bleu_sources, self.pool_batches = val_bleu_sources, pool_batches

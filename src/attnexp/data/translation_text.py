@@ -72,7 +72,9 @@ def train_translation_tokenizer(
             f"data.vocab_size={vocab_size} must be > {len(SPECIAL_TOKENS)} (set data.vocab_size=...)"
         )
     if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
-        raise ConfigError(f"data.min_frequency={min_frequency} must be >= 1 (set data.min_frequency=...)")
+        raise ConfigError(
+            f"data.min_frequency={min_frequency} must be >= 1 (set data.min_frequency=...)"
+        )
     split_punctuation = pre_tokenizers.Split(Regex(PUNCTUATION), behavior="isolated")
     if kind == "word":
         tokenizer = Tokenizer(models.WordLevel(unk_token=UNK))

@@ -30,12 +30,18 @@ class RNNEncoder(nn.Module):
     """ids (B, S), mask (B, S) -> states (B, S, C) and the final state per layer (B, L, C)
     (with the LSTM's cell state (B, L, C), else None)."""
 
-    def __init__(self, vocab_size, embed_dim, hidden_size, num_layers, cell, bidirectional, dropout, pad_id=0):
+    def __init__(
+        self, vocab_size, embed_dim, hidden_size, num_layers, cell, bidirectional, dropout, pad_id=0
+    ):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
         self.dropout = nn.Dropout(dropout)
         self.rnn = CELLS[cell](
-            embed_dim, hidden_size, num_layers, batch_first=True, bidirectional=bidirectional,
+            embed_dim,
+            hidden_size,
+            num_layers,
+            batch_first=True,
+            bidirectional=bidirectional,
             dropout=dropout if num_layers > 1 else 0.0,
         )
         self.num_layers, self.directions = num_layers, 2 if bidirectional else 1
@@ -43,7 +49,9 @@ class RNNEncoder(nn.Module):
     def _per_layer(self, final: torch.Tensor) -> torch.Tensor:
         LD, B, H = final.shape
         final = final.view(self.num_layers, self.directions, B, H)  # (L, D, B, H)
-        return final.permute(2, 0, 1, 3).reshape(B, self.num_layers, self.directions * H)  # (B, L, C)
+        return final.permute(2, 0, 1, 3).reshape(
+            B, self.num_layers, self.directions * H
+        )  # (B, L, C)
 
     def forward(self, src_ids: torch.Tensor, src_mask: torch.Tensor):
         B, S = src_ids.shape
@@ -97,16 +105,24 @@ class Seq2Seq(nn.Module):
     ) -> None:
         super().__init__()
         if cell not in CELLS:
-            raise ConfigError(f"model.cell '{cell}' is not one of {', '.join(CELLS)} (set model.cell=...)")
+            raise ConfigError(
+                f"model.cell '{cell}' is not one of {', '.join(CELLS)} (set model.cell=...)"
+            )
         if attention not in ATTENTIONS:
             raise ConfigError(
                 f"model.attention '{attention}' is not one of {', '.join(ATTENTIONS)} (set model.attention=...)"
             )
-        for key, value in (("embed_dim", embed_dim), ("hidden_size", hidden_size), ("num_layers", num_layers)):
+        for key, value in (
+            ("embed_dim", embed_dim),
+            ("hidden_size", hidden_size),
+            ("num_layers", num_layers),
+        ):
             require_positive(f"model.{key}", value)
         require_probability("model.dropout", dropout)
         if not 0.0 <= teacher_forcing <= 1.0:
-            raise ConfigError(f"model.teacher_forcing={teacher_forcing} must be from 0 to 1 (set model.teacher_forcing=...)")
+            raise ConfigError(
+                f"model.teacher_forcing={teacher_forcing} must be from 0 to 1 (set model.teacher_forcing=...)"
+            )
         C = hidden_size * (2 if bidirectional else 1)
         if not bridge and C != hidden_size:
             raise ConfigError(
@@ -117,7 +133,9 @@ class Seq2Seq(nn.Module):
             raise ConfigError("model.attention=scorer needs a scorer (set scorer=additive, ...)")
         self.attention, self.cell, self.teacher_forcing = attention, cell, teacher_forcing
         self.input_feeding = input_feeding
-        self.encoder = RNNEncoder(src_vocab_size, embed_dim, hidden_size, num_layers, cell, bidirectional, dropout, pad_id)
+        self.encoder = RNNEncoder(
+            src_vocab_size, embed_dim, hidden_size, num_layers, cell, bidirectional, dropout, pad_id
+        )
         self.embedding = nn.Embedding(tgt_vocab_size, embed_dim, padding_idx=pad_id)
         self.scorer = scorer(key_dim=C, query_dim=hidden_size) if attention == "scorer" else None
         out_size = embed_dim if tie_embeddings else hidden_size
@@ -125,7 +143,13 @@ class Seq2Seq(nn.Module):
         self.bridge = nn.Linear(C, hidden_size) if bridge else None
         self.bridge_cell = nn.Linear(C, hidden_size) if bridge and cell == "lstm" else None
         rnn_in = embed_dim + C + (out_size if input_feeding else 0)
-        self.rnn = CELLS[cell](rnn_in, hidden_size, num_layers, batch_first=True, dropout=dropout if num_layers > 1 else 0.0)
+        self.rnn = CELLS[cell](
+            rnn_in,
+            hidden_size,
+            num_layers,
+            batch_first=True,
+            dropout=dropout if num_layers > 1 else 0.0,
+        )
         self.combine = nn.Linear(hidden_size + C + embed_dim, out_size)
         self.dropout = nn.Dropout(dropout)
         self.generator = nn.Linear(out_size, tgt_vocab_size)
@@ -138,7 +162,11 @@ class Seq2Seq(nn.Module):
         hidden = torch.tanh(self.bridge(final)) if self.bridge is not None else final  # (B, L, H)
         state = {"memory": states, "src_mask": src_mask, "hidden": hidden, "context": final[:, -1]}
         if self.cell == "lstm":
-            state["cell"] = torch.tanh(self.bridge_cell(final_cell)) if self.bridge_cell is not None else final_cell
+            state["cell"] = (
+                torch.tanh(self.bridge_cell(final_cell))
+                if self.bridge_cell is not None
+                else final_cell
+            )
         if self.input_feeding:
             state["feed"] = states.new_zeros(states.shape[0], self.out_size)
         return state
@@ -155,7 +183,9 @@ class Seq2Seq(nn.Module):
         parts = [emb, context] + ([state["feed"]] if self.input_feeding else [])
         hidden = state["hidden"].transpose(0, 1).contiguous()  # (L, B, H): what torch's RNNs take
         if self.cell == "lstm":
-            out, (h, c) = self.rnn(torch.cat(parts, -1)[:, None], (hidden, state["cell"].transpose(0, 1).contiguous()))
+            out, (h, c) = self.rnn(
+                torch.cat(parts, -1)[:, None], (hidden, state["cell"].transpose(0, 1).contiguous())
+            )
             state = {**state, "hidden": h.transpose(0, 1), "cell": c.transpose(0, 1)}
         else:
             out, h = self.rnn(torch.cat(parts, -1)[:, None], hidden)  # out (B, 1, H)
@@ -181,7 +211,11 @@ class Seq2Seq(nn.Module):
             logits.append(step_logits)
             rows.append(weights)
             if t + 1 < U:
-                forced = not self.training or self.teacher_forcing >= 1.0 or bool(torch.rand(()) < self.teacher_forcing)
+                forced = (
+                    not self.training
+                    or self.teacher_forcing >= 1.0
+                    or bool(torch.rand(()) < self.teacher_forcing)
+                )
                 prev = tgt_in[:, t + 1] if forced else step_logits.argmax(dim=-1)
         attention = torch.stack(rows, 1) if return_attention and self.scorer is not None else None
         return Seq2SeqOutput(torch.stack(logits, dim=1), attention)

@@ -25,10 +25,20 @@ from attnexp.modules.transformer_decoder import TransformerDecoderBlock
 class Embed(nn.Module):
     """ids (B, T) -> token * sqrt(E) + position, dropout -> (B, T, E)."""
 
-    def __init__(self, vocab_size: int, embed_dim: int, max_len: int, position: str, dropout: float, pad_id: int):
+    def __init__(
+        self,
+        vocab_size: int,
+        embed_dim: int,
+        max_len: int,
+        position: str,
+        dropout: float,
+        pad_id: int,
+    ):
         super().__init__()
         self.tokens = TokenEmbedding(vocab_size, embed_dim, pad_id)
-        table = SinusoidalPositionalEncoding if position == "sinusoidal" else LearnedPositionalEmbedding
+        table = (
+            SinusoidalPositionalEncoding if position == "sinusoidal" else LearnedPositionalEmbedding
+        )
         self.positions = table(max_len, embed_dim)
         self.dropout = nn.Dropout(dropout)
 
@@ -64,11 +74,15 @@ class TransformerSeq2Seq(nn.Module):
             require_positive(f"model.{key}", value)
         require_probability("model.dropout", dropout)
         if position not in POSITIONS:
-            raise ConfigError(f"model.position '{position}' is not one of {', '.join(POSITIONS)} (set model.position=...)")
+            raise ConfigError(
+                f"model.position '{position}' is not one of {', '.join(POSITIONS)} (set model.position=...)"
+            )
         self.pad_id = pad_id
         self.src_embed = Embed(src_vocab_size, hidden_size, max_len, position, dropout, pad_id)
         self.tgt_embed = Embed(tgt_vocab_size, hidden_size, max_len, position, dropout, pad_id)
-        block = dict(dropout=dropout, attention_dropout=attention_dropout, activation=activation, norm=norm)
+        block = dict(
+            dropout=dropout, attention_dropout=attention_dropout, activation=activation, norm=norm
+        )
         self.encoder = nn.ModuleList(
             TransformerEncoderBlock(hidden_size, heads, ffn_size, **block) for _ in range(depth)
         )
@@ -93,7 +107,9 @@ class TransformerSeq2Seq(nn.Module):
         tgt_mask[:, 0] = True  # BOS
         weights = None
         for i, block in enumerate(self.decoder):
-            x, weights = block(x, memory, tgt_mask, src_mask, need_weights and i == len(self.decoder) - 1)
+            x, weights = block(
+                x, memory, tgt_mask, src_mask, need_weights and i == len(self.decoder) - 1
+            )
         return self.generator(self.decoder_norm(x)), weights
 
     def start(self, src_ids: torch.Tensor, src_mask: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -108,7 +124,11 @@ class TransformerSeq2Seq(nn.Module):
         return logits[:, -1], {**state, "prefix": prefix}, weights[:, :, -1].mean(dim=1)  # (B, S)
 
     def forward(
-        self, src_ids: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, return_attention: bool = False
+        self,
+        src_ids: torch.Tensor,
+        src_mask: torch.Tensor,
+        tgt_in: torch.Tensor,
+        return_attention: bool = False,
     ) -> Seq2SeqOutput:
         """src (B, S), tgt_in (B, U) -> logits (B, U, V), attention (B, U, S) (heads averaged)."""
         memory = self.encode(src_ids, src_mask)

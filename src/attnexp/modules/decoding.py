@@ -89,7 +89,9 @@ def beam_search(
     """
     B, K = src_ids.shape[0], beam_size
     device = src_ids.device
-    state = select_state(model.start(src_ids, src_mask), torch.arange(B, device=device).repeat_interleave(K))
+    state = select_state(
+        model.start(src_ids, src_mask), torch.arange(B, device=device).repeat_interleave(K)
+    )
     scores = torch.full((B, K), float("-inf"), device=device)
     scores[:, 0] = 0.0  # one live beam per sentence at first: the others are copies of it
     tokens = torch.full((B, K, 1), bos_id, dtype=torch.long, device=device)
@@ -109,7 +111,9 @@ def beam_search(
         beam, token = top_index // V, top_index % V  # (B, 2K)
         step_rows = None if attention is None else attention.view(B, K, 1, -1)  # (B, K, 1, S)
         if step_rows is not None:
-            attention_rows = step_rows if attention_rows is None else torch.cat([attention_rows, step_rows], 2)
+            attention_rows = (
+                step_rows if attention_rows is None else torch.cat([attention_rows, step_rows], 2)
+            )
         is_eos = token == eos_id
         ends = (is_eos[:, :K] & torch.isfinite(top_scores[:, :K])).nonzero().tolist()
         for b, j in ends:
@@ -136,5 +140,7 @@ def beam_search(
         state = select_state(state, flat)
         tokens = torch.cat([tokens.view(B * K, -1)[flat].view(B, K, -1), next_token[:, :, None]], 2)
         if attention_rows is not None:
-            attention_rows = attention_rows.view(B * K, *attention_rows.shape[2:])[flat].view(B, K, *attention_rows.shape[2:])
+            attention_rows = attention_rows.view(B * K, *attention_rows.shape[2:])[flat].view(
+                B, K, *attention_rows.shape[2:]
+            )
     return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]

@@ -34,14 +34,22 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(embed_dim, embed_dim)
 
     def forward(
-        self, query: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor, need_weights: bool = False
+        self,
+        query: torch.Tensor,
+        memory: torch.Tensor,
+        mask: torch.Tensor,
+        need_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """-> out (B, U, E), weights (B, nh, U, S) or None."""
         B, U, E = query.shape
         S = memory.shape[1]
-        q = self.q_proj(query).view(B, U, self.num_heads, self.head_dim).transpose(1, 2)  # (B, nh, U, hd)
+        q = (
+            self.q_proj(query).view(B, U, self.num_heads, self.head_dim).transpose(1, 2)
+        )  # (B, nh, U, hd)
         k, v = self.kv_proj(memory).split(E, dim=-1)  # 2 x (B, S, E)
-        k, v = (t.view(B, S, self.num_heads, self.head_dim).transpose(1, 2) for t in (k, v))  # (B, nh, S, hd)
+        k, v = (
+            t.view(B, S, self.num_heads, self.head_dim).transpose(1, 2) for t in (k, v)
+        )  # (B, nh, S, hd)
         mask = mask[:, None] if mask.dim() == 3 else mask  # (B, 1, U, S)
         dropout = self.dropout if self.training else 0.0
         if need_weights:
@@ -79,7 +87,9 @@ class TransformerDecoderBlock(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.pre_norm = norm == "pre"
 
-    def _sublayer(self, x: torch.Tensor, index: int, fn) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _sublayer(
+        self, x: torch.Tensor, index: int, fn
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.pre_norm:
             out, weights = fn(self.norms[index](x))
             return x + self.dropout(out), weights
@@ -100,6 +110,8 @@ class TransformerDecoderBlock(nn.Module):
         self_mask = causal_mask(U, x.device)[None] & tgt_mask[:, None, :]  # (B, U, U)
         x, _ = self._sublayer(x, 0, lambda h: self.self_attn(h, h, self_mask))
         cross_mask = src_mask[:, None, :].expand(-1, U, -1)  # (B, U, S)
-        x, weights = self._sublayer(x, 1, lambda h: self.cross_attn(h, memory, cross_mask, need_weights))
+        x, weights = self._sublayer(
+            x, 1, lambda h: self.cross_attn(h, memory, cross_mask, need_weights)
+        )
         x, _ = self._sublayer(x, 2, lambda h: (self.feed_forward(h), None))
         return x, weights

@@ -28,14 +28,14 @@ MODEL_INPUTS = ("src_ids", "src_mask", "tgt_in")
 
 class TranslationTask(pl.LightningModule):
     """Args:
-        model: an encoder-decoder with forward(src_ids, src_mask, tgt_in) -> Seq2SeqOutput and the
-            start/step interface of modules/decoding.py.
-        num_classes: the target vocabulary size (from the DataModule; unused but checked).
-        optimizer / scheduler / weight_decay: as ClassificationTask's.
-        label_smoothing: of the training loss (validation and test report the plain NLL).
-        beam_size, alpha, max_len: test decoding (beam_size 1: greedy only).
-        probe_pairs: [source, reference] pairs translated greedily at test and scored with d2l's
-            bigram BLEU (d2l's four sentences), logged as test/probe_bleu2_<i>.
+    model: an encoder-decoder with forward(src_ids, src_mask, tgt_in) -> Seq2SeqOutput and the
+        start/step interface of modules/decoding.py.
+    num_classes: the target vocabulary size (from the DataModule; unused but checked).
+    optimizer / scheduler / weight_decay: as ClassificationTask's.
+    label_smoothing: of the training loss (validation and test report the plain NLL).
+    beam_size, alpha, max_len: test decoding (beam_size 1: greedy only).
+    probe_pairs: [source, reference] pairs translated greedily at test and scored with d2l's
+        bigram BLEU (d2l's four sentences), logged as test/probe_bleu2_<i>.
     """
 
     def __init__(
@@ -59,7 +59,9 @@ class TranslationTask(pl.LightningModule):
                 f"(set model=seq2seq or model=transformer_seq2seq)"
             )
         if not 0.0 <= label_smoothing < 1.0:
-            raise ConfigError(f"task.label_smoothing={label_smoothing} must be in [0, 1) (set task.label_smoothing=...)")
+            raise ConfigError(
+                f"task.label_smoothing={label_smoothing} must be in [0, 1) (set task.label_smoothing=...)"
+            )
         require_positive("decode.beam_size", beam_size)
         require_positive("decode.max_len", max_len)
         if test_set_names:
@@ -82,11 +84,16 @@ class TranslationTask(pl.LightningModule):
         out = self.model(**{k: batch[k] for k in MODEL_INPUTS})
         logits, target, mask = out.logits, batch["tgt_out"], batch["tgt_mask"]  # (B, U, V), (B, U)
         V = logits.shape[-1]
-        nll = F.cross_entropy(logits.reshape(-1, V), target.reshape(-1), reduction="none").view_as(target)
+        nll = F.cross_entropy(logits.reshape(-1, V), target.reshape(-1), reduction="none").view_as(
+            target
+        )
         tokens = mask.sum()
         if stage == "train" and self.label_smoothing > 0:
             smooth = F.cross_entropy(
-                logits.reshape(-1, V), target.reshape(-1), reduction="none", label_smoothing=self.label_smoothing
+                logits.reshape(-1, V),
+                target.reshape(-1),
+                reduction="none",
+                label_smoothing=self.label_smoothing,
             ).view_as(target)
             loss = (smooth * mask).sum() / tokens
         else:
@@ -127,12 +134,26 @@ class TranslationTask(pl.LightningModule):
         for index, tokens in zip(batch["source_index"][rows].tolist(), hypotheses, strict=True):
             store[index] = datamodule.decode_target(tokens)
 
-    def translate(self, src_ids: torch.Tensor, src_mask: torch.Tensor, beam: bool) -> list[list[int]]:
+    def translate(
+        self, src_ids: torch.Tensor, src_mask: torch.Tensor, beam: bool
+    ) -> list[list[int]]:
         """Token ids of the best translation of each source (greedy, or beam search)."""
         if beam:
-            best = beam_search(self.model, src_ids, src_mask, BOS_ID, EOS_ID, self.max_len, self.beam_size, self.alpha)
+            best = beam_search(
+                self.model,
+                src_ids,
+                src_mask,
+                BOS_ID,
+                EOS_ID,
+                self.max_len,
+                self.beam_size,
+                self.alpha,
+            )
             return [hyps[0].tokens for hyps in best]
-        return [h.tokens for h in greedy_decode(self.model, src_ids, src_mask, BOS_ID, EOS_ID, self.max_len)]
+        return [
+            h.tokens
+            for h in greedy_decode(self.model, src_ids, src_mask, BOS_ID, EOS_ID, self.max_len)
+        ]
 
     # ------------------------------------------------------------------ epoch ends
     def _token_metrics(self, stage: str) -> dict[str, float]:
@@ -195,11 +216,15 @@ class TranslationTask(pl.LightningModule):
         batch = {k: v.to(self.device) for k, v in batch.items()}
         hypotheses = self.translate(batch["src_ids"], batch["src_mask"], beam=False)
         metrics, shown = {}, []
-        for i, ((source, reference), tokens) in enumerate(zip(self.probe_pairs, hypotheses, strict=True)):
+        for i, ((source, reference), tokens) in enumerate(
+            zip(self.probe_pairs, hypotheses, strict=True)
+        ):
             text = datamodule.decode_target(tokens)
             score = d2l_bleu(" ".join(words(text.lower())), " ".join(words(reference.lower())), k=2)
             metrics[f"test/probe_bleu2_{i}"] = score
-            shown.append({"source": source, "translation": text, "reference": reference, "bleu2": score})
+            shown.append(
+                {"source": source, "translation": text, "reference": reference, "bleu2": score}
+            )
             log.info("%s => %s, bleu %.3f", source, text, score)
         self.results["probe_translations"] = shown
         return metrics
@@ -209,11 +234,18 @@ class TranslationTask(pl.LightningModule):
         try:
             return self.optimizer_factory(param_groups(self.model, self.weight_decay))
         except (TypeError, ValueError) as err:
-            raise ConfigError(f"optimizer refuses its settings: {err} (set optimizer.<that setting>=...)") from err
+            raise ConfigError(
+                f"optimizer refuses its settings: {err} (set optimizer.<that setting>=...)"
+            ) from err
 
     def configure_optimizers(self):
         optimizer = self.build_optimizer()
         if self.scheduler_factory is None:
             return optimizer
-        scheduler = self.scheduler_factory(optimizer, num_training_steps=int(self.trainer.estimated_stepping_batches))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        scheduler = self.scheduler_factory(
+            optimizer, num_training_steps=int(self.trainer.estimated_stepping_batches)
+        )
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+        }

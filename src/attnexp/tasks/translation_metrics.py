@@ -43,7 +43,9 @@ def ngrams(tokens: Sequence[str], n: int) -> Counter:
 
 
 def corpus_bleu(
-    hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[Sequence[str]]], max_n: int = 4
+    hypotheses: Sequence[Sequence[str]],
+    references: Sequence[Sequence[Sequence[str]]],
+    max_n: int = 4,
 ) -> float:
     """Papineni et al.'s corpus BLEU (0-100) over given tokens, no smoothing: clipped n-gram
     precisions pooled over the corpus, brevity penalty against the closest reference length
