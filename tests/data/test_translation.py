@@ -178,3 +178,34 @@ def test_too_few_sources_for_the_held_out_sets_names_the_keys():
     pairs = [(f"s{i}.", f"t{i}.") for i in range(10)]
     with pytest.raises(ConfigError, match="data.test_sources"):
         split_by_source(pairs, val_sources=5, test_sources=5, split_seed=0)
+
+
+def test_the_probe_batch_draws_one_alignment_panel_per_sentence(tmp_path):
+    from functools import partial
+
+    from attnexp.models.seq2seq import Seq2Seq
+    from attnexp.modules.scorers import AdditiveScorer
+
+    dm = fra_eng(tmp_path)
+    batch = dm.probe_batch(4)
+    model = Seq2Seq(
+        dm.model_kwargs["src_vocab_size"],
+        dm.model_kwargs["tgt_vocab_size"],
+        partial(AdditiveScorer),
+        embed_dim=8,
+        hidden_size=8,
+    ).eval()
+    logits, attention = model(**batch, return_attention=True)  # what AttentionFigures calls
+    figure = dm.attention_figure(batch, logits, attention)
+    assert (
+        len(figure.axes) == 4
+        and len(
+            set(
+                dm.datasets["val"]
+                .source_index[dm.datasets["val"].decode.nonzero().flatten()[:4]]
+                .tolist()
+            )
+        )
+        == 4
+    )
+    assert dm.attention_figure(batch, logits, None) is None

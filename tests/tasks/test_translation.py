@@ -31,6 +31,10 @@ VARIANTS = [
         "model.cell=lstm model.bidirectional=true model.bridge=true model.input_feeding=true model.tie_embeddings=true model.embed_dim=8",
     ),
     ("transformer_seq2seq", "model.heads=2 model.ffn_size=16 model.norm=post"),
+    (
+        "transformer_seq2seq",
+        "model.heads=2 model.ffn_size=16 data.tokenizer=bpe data.vocab_size=80",
+    ),
 ]
 
 
@@ -121,7 +125,6 @@ def test_cli_trains_seq2seq_on_the_embedded_sample(tmp_path):
         "trainer.limit_test_batches=1",
         "trainer.enable_progress_bar=false",
         "decode.beam_size=2",
-        "logger=csv",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (record_path,) = (tmp_path / "outputs").rglob("metrics.json")
@@ -129,3 +132,8 @@ def test_cli_trains_seq2seq_on_the_embedded_sample(tmp_path):
     assert record["data_source"] == "sample" and record["status"] == "completed"
     assert any("sample" in w for w in record["warnings"])
     assert "test/bleu" in record["metrics"] and "test/bleu" in result.stdout
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(record_path.parent / "tb"))
+    events.Reload()
+    assert "attention/val_examples" in events.Tags()["images"]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from matplotlib.figure import Figure
 from tokenizers import Tokenizer
 from torch.utils.data import Dataset
 
@@ -38,6 +39,7 @@ from attnexp.data.translation_text import (
 )
 from attnexp.errors import ConfigError, require_bool, require_non_negative, require_positive
 from attnexp.files import write_atomically
+from attnexp.viz.translation import alignment_figure
 
 log = logging.getLogger(__name__)
 
@@ -309,6 +311,33 @@ class TranslationDataModule(AttnDataModule):
         """Raw source sentences -> `src_ids`, `src_mask` as in training."""
         ids, mask = pad_sequences(encode_sentences(self.tokenizers["src"], texts), PAD_ID)
         return {"src_ids": ids, "src_mask": mask}
+
+    # ------------------------------------------------------------------ TensorBoard figures
+    def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor] | None:
+        """The first validation pair of each of the first sources: what the attention figure
+        shows each validation epoch (the model reads the reference, teacher forced)."""
+        dataset = self.datasets.get("val")
+        if dataset is None:
+            return None
+        indices = dataset.decode.nonzero().flatten()[:num_examples].tolist()
+        if not indices:
+            return None
+        batch = dataset.collate(indices)
+        return {k: batch[k] for k in ("src_ids", "src_mask", "tgt_in")}
+
+    def attention_figure(self, batch: dict[str, torch.Tensor], logits, attention) -> Figure | None:
+        if attention is None:
+            return None
+        src_vocab, tgt_vocab = self.tokenizers["src"], self.tokenizers["tgt"]
+        sources = [
+            [src_vocab.id_to_token(i) for i in ids[mask].tolist()]
+            for ids, mask in zip(batch["src_ids"], batch["src_mask"], strict=True)
+        ]
+        targets = [  # the tokens each step emits: the reference shifted left, then [EOS]
+            [tgt_vocab.id_to_token(i) for i in ids[ids != PAD_ID].tolist()[1:]] + ["[EOS]"]
+            for ids in batch["tgt_in"]
+        ]
+        return alignment_figure(sources, targets, attention)
 
     # ------------------------------------------------------------------ loaders
     def _loader(self, stage: str):
