@@ -20,6 +20,7 @@ from attnexp.data.base import AttnDataModule, data_hash, fingerprint
 from attnexp.data.batching import bucketed_loader, check_epoch_order, pad_sequences
 from attnexp.data.text import (
     PAD_ID,
+    UNK_ID,
     default_cache_dir,
     load_tokenizer,
     texts_hash,
@@ -311,6 +312,32 @@ class TranslationDataModule(AttnDataModule):
         """Raw source sentences -> `src_ids`, `src_mask` as in training."""
         ids, mask = pad_sequences(encode_sentences(self.tokenizers["src"], texts), PAD_ID)
         return {"src_ids": ids, "src_mask": mask}
+
+    # ------------------------------------------------------------------ raw inputs (predict)
+    raw_fields = ("text",)
+
+    def check_raw(self, example: dict[str, str]) -> str | None:
+        if not example.get("text", "").strip():
+            return "empty text: nothing to translate"
+        return None
+
+    def raw_notes(self, example: dict[str, str]) -> list[str]:
+        """Unknown words (read as [UNK]) and a source longer than the training pairs."""
+        tokenizer = self.tokenizers["src"]
+        tokens = tokenizer.encode(example["text"], add_special_tokens=False).tokens
+        notes = []
+        unknown = [t for t in tokens if tokenizer.token_to_id(t) in (None, UNK_ID)]
+        if unknown:
+            notes.append(f"{len(unknown)} of {len(tokens)} source tokens unknown to the vocabulary")
+        if self.max_tokens is not None and len(words(example["text"])) > self.max_tokens:
+            notes.append(
+                f"{len(words(example['text']))} words: longer than any training source "
+                f"(data.max_tokens={self.max_tokens})"
+            )
+        return notes
+
+    def encode_raw(self, examples: list[dict[str, str]]) -> dict[str, torch.Tensor]:
+        return self.encode_sources([e["text"] for e in examples])
 
     # ------------------------------------------------------------------ TensorBoard figures
     def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor] | None:

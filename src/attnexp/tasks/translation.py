@@ -75,6 +75,7 @@ class TranslationTask(pl.LightningModule):
         self.results: dict = {}  # signatures and probe translations, for the run's record
         self._sums: dict[str, torch.Tensor] = {}
         self._hypotheses: dict[str, dict[int, str]] = {}
+        self.datamodule = None  # set outside a Trainer (predict) to translate raw texts
 
     def forward(self, **inputs: torch.Tensor):
         return self.model(**inputs)
@@ -153,6 +154,38 @@ class TranslationTask(pl.LightningModule):
         return [
             h.tokens
             for h in greedy_decode(self.model, src_ids, src_mask, BOS_ID, EOS_ID, self.max_len)
+        ]
+
+    @torch.no_grad()
+    def translate_texts(self, texts: list[str], n_best: int = 1) -> list[list[dict]]:
+        """Raw source sentences -> per sentence its n_best translations (text, score, tokens
+        and target x source attention), best first: what predict prints and draws."""
+        datamodule = self.trainer.datamodule if self._trainer is not None else self.datamodule
+        batch = datamodule.encode_sources(texts)
+        src_ids, src_mask = (batch[k].to(self.device) for k in ("src_ids", "src_mask"))
+        self.model.eval()
+        found = beam_search(
+            self.model,
+            src_ids,
+            src_mask,
+            BOS_ID,
+            EOS_ID,
+            self.max_len,
+            max(self.beam_size, n_best),
+            self.alpha,
+            n_best,
+        )
+        return [
+            [
+                {
+                    "text": datamodule.decode_target(h.tokens),
+                    "score": h.score,
+                    "tokens": [datamodule.tokenizers["tgt"].id_to_token(i) for i in h.tokens],
+                    "attention": h.attention,
+                }
+                for h in hyps
+            ]
+            for hyps in found
         ]
 
     # ------------------------------------------------------------------ epoch ends
