@@ -95,3 +95,16 @@ def test_beam_size_one_equals_greedy_where_eos_is_often_the_runner_up():
         greedy = greedy_decode(model, src, None, BOS, EOS, max_len=4)
         beam = beam_search(model, src, None, BOS, EOS, max_len=4, beam_size=1)
         assert [g.tokens for g in greedy] == [b[0].tokens for b in beam]
+
+
+def test_banned_tokens_are_never_emitted():
+    """Padding and BOS (here 0 and 2) are no part of a translation, though the table favours them."""
+    model = TableModel(seed=1)
+    model.table[:, :, [0, BOS]] += 10.0
+    src = torch.arange(3)[:, None]
+    for hyp in greedy_decode(model, src, None, BOS, EOS, max_len=4, banned_ids=(0, BOS)):
+        assert not {0, BOS} & set(hyp.tokens)
+    for hyps in beam_search(
+        model, src, None, BOS, EOS, 4, beam_size=3, n_best=3, banned_ids=(0, BOS)
+    ):
+        assert all(not {0, BOS} & set(h.tokens) for h in hyps)

@@ -36,9 +36,22 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
+def ban(log_probs: torch.Tensor, banned_ids: tuple[int, ...]) -> torch.Tensor:
+    """Tokens no translation may hold (padding, BOS) get probability 0."""
+    if banned_ids:
+        log_probs[:, list(banned_ids)] = float("-inf")
+    return log_probs
+
+
 @torch.no_grad()
 def greedy_decode(
-    model, src_ids: torch.Tensor, src_mask: torch.Tensor, bos_id: int, eos_id: int, max_len: int
+    model,
+    src_ids: torch.Tensor,
+    src_mask: torch.Tensor,
+    bos_id: int,
+    eos_id: int,
+    max_len: int,
+    banned_ids: tuple[int, ...] = (),
 ) -> list[Hypothesis]:
     """The most probable token each step, until EOS; at `max_len` tokens every sentence is made
     to end (EOS counted), as `beam_search` does, so beam size 1 gives the same hypotheses."""
@@ -49,7 +62,7 @@ def greedy_decode(
     done = torch.zeros(B, dtype=torch.bool, device=src_ids.device)
     for t in range(max_len):
         logits, state, attention = model.step(state, prev)
-        log_probs = F.log_softmax(logits.float(), dim=-1)  # (B, V)
+        log_probs = ban(F.log_softmax(logits.float(), dim=-1), banned_ids)  # (B, V)
         best, prev = log_probs.max(dim=-1)  # (B,)
         if t == max_len - 1:
             best, prev = log_probs[:, eos_id], torch.full_like(prev, eos_id)
@@ -79,6 +92,7 @@ def beam_search(
     beam_size: int = 5,
     alpha: float = 0.0,
     n_best: int = 1,
+    banned_ids: tuple[int, ...] = (),
 ) -> list[list[Hypothesis]]:
     """Batched beam search; per sentence its `n_best` hypotheses, best first.
 
@@ -100,7 +114,7 @@ def beam_search(
     done = [False] * B
     for t in range(max_len):
         logits, state, attention = model.step(state, tokens[:, :, -1].reshape(-1))
-        log_probs = F.log_softmax(logits.float(), dim=-1)  # (B * K, V)
+        log_probs = ban(F.log_softmax(logits.float(), dim=-1), banned_ids)  # (B * K, V)
         V = log_probs.shape[-1]
         if t == max_len - 1:  # the last step: every beam ends here
             forced = torch.full_like(log_probs, float("-inf"))

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnexp.data.text import PAD_ID
 from attnexp.data.translation_text import BOS_ID, EOS_ID, words
 from attnexp.errors import ConfigError, require_positive
 from attnexp.modules.decoding import beam_search, greedy_decode
@@ -24,6 +25,7 @@ from attnexp.tasks.translation_metrics import d2l_bleu, sacrebleu_scores
 
 log = logging.getLogger(__name__)
 MODEL_INPUTS = ("src_ids", "src_mask", "tgt_in")
+BANNED = (PAD_ID, BOS_ID)  # never part of a translation: no decoder emits them
 
 
 class TranslationTask(pl.LightningModule):
@@ -149,11 +151,14 @@ class TranslationTask(pl.LightningModule):
                 self.max_len,
                 self.beam_size,
                 self.alpha,
+                banned_ids=BANNED,
             )
             return [hyps[0].tokens for hyps in best]
         return [
             h.tokens
-            for h in greedy_decode(self.model, src_ids, src_mask, BOS_ID, EOS_ID, self.max_len)
+            for h in greedy_decode(
+                self.model, src_ids, src_mask, BOS_ID, EOS_ID, self.max_len, BANNED
+            )
         ]
 
     @torch.no_grad()
@@ -174,6 +179,7 @@ class TranslationTask(pl.LightningModule):
             max(self.beam_size, n_best),
             self.alpha,
             n_best,
+            BANNED,
         )
         return [
             [
