@@ -1640,8 +1640,8 @@ def test_data_dir_that_does_not_exist(compose_cfg, tmp_path):
     # the folders named come from the DataModules of conf/data/ (a new dataset joins them)
     with pytest.raises(
         ConfigError,
-        match=r"paths.data_dir=.*/data does not exist \(give a folder holding imdb/, "
-        r"lcqmc/, mnist/,",
+        match=r"paths.data_dir=.*/data does not exist \(give a folder holding fra-eng/, imdb/, "
+        r"lcqmc/, mnist/, multi30k/,",
     ):
         train_in_process(cfg, tmp_path / "run")
     check_data_dir(str(tmp_path / "absent"), ["trainer.max_epochs=1"])  # the default dir: no error
