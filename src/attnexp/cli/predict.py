@@ -22,16 +22,16 @@ names its `run`, and `compare.html` shows, per example, each run's label and att
 another.
 
 This module is the command line: `--help` and a key predict.yaml lacks are answered in a fraction
-of a second. torch and Lightning come with `attnexp.prediction`, imported once a prediction starts.
+of a second. torch and Lightning come with `attnexp.runner.predict`, imported once a prediction starts.
 """
 
 import logging
 import sys
 
-from attnexp.checkpoints import compose_command_cfg
-from attnexp.config import register_resolvers
+from attnexp.cli.overrides import quote_equals_values
 from attnexp.errors import ConfigError
-from attnexp.overrides import quote_equals_values
+from attnexp.runner.config import register_resolvers
+from attnexp.runner.load import compose_command_cfg
 
 register_resolvers()
 
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         raw, overrides = split_args(argv, RAW_KEYS)
         cfg = compose_command_cfg("predict", quote_equals_values(overrides))
-        from attnexp.prediction import predict  # torch and Lightning: not for --help or a typo
+        from attnexp.runner.predict import predict  # torch and Lightning: not for --help or a typo
 
         results = predict(cfg, raw)
     except ConfigError as err:
@@ -104,5 +104,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
     sys.exit(main())

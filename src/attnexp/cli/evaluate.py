@@ -5,7 +5,7 @@ and `overrides=["key=value", ...]`), the checkpoint is tested, and `<eval dir>/m
 metrics next to those the run itself reported.
 
 This module is the command line: what it answers alone (`--help`, a key evaluate.yaml lacks) takes
-a fraction of a second. torch and Lightning come with `attnexp.evaluation`, imported once an
+a fraction of a second. torch and Lightning come with `attnexp.runner.evaluate`, imported once an
 evaluation starts.
 """
 
@@ -17,12 +17,12 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from attnexp.checkpoints import compose_command_cfg
-from attnexp.config import register_resolvers
+from attnexp.cli.overrides import quote_equals_values
 from attnexp.errors import ConfigError, exit_with
-from attnexp.overrides import quote_equals_values
-from attnexp.run_record import RunRecord
-from attnexp.runs import METRICS_FILE, natural_key
+from attnexp.runner.config import register_resolvers
+from attnexp.runner.load import compose_command_cfg
+from attnexp.runs.dirs import METRICS_FILE, natural_key
+from attnexp.runs.record import RunRecord
 
 log = logging.getLogger(__name__)
 register_resolvers()
@@ -73,7 +73,7 @@ def record_refusal(out_dir: Path, cli_overrides: list[str], err: ConfigError) ->
 
 @hydra.main(version_base="1.3", config_path="pkg://attnexp.conf", config_name="evaluate")
 def main(cfg: DictConfig) -> None:
-    from attnexp.evaluation import evaluate  # torch and Lightning: not for --help or a typo
+    from attnexp.runner.evaluate import evaluate  # torch and Lightning: not for --help or a typo
 
     hydra_cfg = HydraConfig.get()
     out_dir = Path(hydra_cfg.runtime.output_dir)
@@ -86,7 +86,7 @@ def main(cfg: DictConfig) -> None:
     print(summary(data, out_dir))
 
 
-if __name__ == "__main__":
+def cli() -> None:
     sys.argv[1:] = quote_equals_values(sys.argv[1:])  # ckpt_path=<a sweep job's dir>
     check_command_line(sys.argv[1:])
     main()

@@ -1,4 +1,4 @@
-"""`python -m attnexp.report <dir>`: compare the runs under a multirun dir (or any folder of runs).
+"""The report of a folder of runs (a multirun dir, say), `python -m attnexp.report <dir>`.
 
 Writes into <dir>: `report.csv` (one row per run: its varied settings, status, final metrics),
 `report.md` (the runs, and mean +- std over seeds for each variant) and PNG plots (validation
@@ -9,23 +9,21 @@ runs' `metrics.json` and `.hydra/`, so it works on incomplete sweeps and on runs
 records written before they held their pid).
 
 Which runs are variants of one another, and which one counts where a seed is repeated: see
-`attnexp.records`.
+`attnexp.runs.collect`.
 Evaluation records (`python -m attnexp.evaluate`) are listed apart, not counted as runs.
 """
 
-import argparse
 import csv
 import logging
 import math
 import re
 import statistics
-import sys
 from collections import Counter
 from pathlib import Path
 
 from attnexp.files import not_a_folder
-from attnexp.records import DATA_KEY, Run, find_records, same_config_variants, varied_keys
-from attnexp.runs import METRICS_FILE, natural_key
+from attnexp.runs.collect import DATA_KEY, Run, find_records, same_config_variants, varied_keys
+from attnexp.runs.dirs import METRICS_FILE, natural_key
 
 log = logging.getLogger(__name__)
 
@@ -327,28 +325,3 @@ def data_line(runs: list[Run]) -> str:
             "tool out and are not results (give paths.data_dir=<data> for real runs)."
         )
     return f"Data: {source}."
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m attnexp.report", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("dir", type=Path, help="a multirun dir, or any folder holding run dirs")
-    parser.add_argument("--out", type=Path, default=None, help="where to write (default: DIR)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    if not args.dir.is_dir():
-        print(f"error: {args.dir} is not a directory", file=sys.stderr)
-        return 2
-    try:
-        written = write_report(args.dir, args.out)
-    except (FileNotFoundError, FileExistsError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(written["markdown"].read_text())
-    print("wrote:", *(str(p) for p in written.values()), sep="\n  ")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
