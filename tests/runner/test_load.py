@@ -7,7 +7,7 @@ import yaml
 from cli_helpers import run_cli
 from omegaconf import OmegaConf
 
-from attnexp.cli.evaluate import summary
+from attnexp.cli.evaluate import evaluation_summary
 from attnexp.errors import ConfigError
 from attnexp.runner.evaluate import evaluate
 from attnexp.runner.load import (
@@ -335,7 +335,7 @@ def test_evaluate_summary_shows_every_test_metric():
         "metrics": {"test/loss": 0.7, "test/acc_bag10": 0.5, "test/acc_bag2": 0.25, "test/f1": 0.5},
         "run_metrics": {"test/loss": 0.6875, "test/acc_bag2": 0.25, "val/acc": 1.0},
     }
-    lines = summary(data, Path("evals/x")).splitlines()[3:]
+    lines = evaluation_summary(data, Path("evals/x")).splitlines()[3:]
     assert [line.split() for line in lines] == [
         ["test/acc_bag2", "0.2500", "0.2500"],
         ["test/acc_bag10", "0.5000", "-"],
@@ -349,10 +349,10 @@ def test_evaluate_summary_shows_every_test_metric():
         "ckpt": "run/checkpoints/last.ckpt",
         "run_metrics_ckpt": "checkpoints/best.ckpt",
     }
-    assert summary(other, Path("evals/x")).splitlines()[2] == (
+    assert evaluation_summary(other, Path("evals/x")).splitlines()[2] == (
         "run:        the run's own test of its best checkpoint, checkpoints/best.ckpt"
     )
     # a run metric of 0 is a value, not a missing one
     zero = {**data, "run_metrics": {"test/loss": 0.0}}
-    last = summary(zero, Path("evals/x")).splitlines()[-1]
+    last = evaluation_summary(zero, Path("evals/x")).splitlines()[-1]
     assert last.split() == ["test/loss", "0.7000", "0.0000"]

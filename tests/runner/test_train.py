@@ -50,7 +50,11 @@ from attnexp.runner.train import (
     validation_at,
     with_val_of,
 )
-from attnexp.runner.trainer import check_settings, device_name, monitor_refusal, purge_setting
+from attnexp.runner.trainer import (
+    check_trainer_settings,
+    device_name,
+    purge_setting,
+)
 from attnexp.runs import collect
 from attnexp.runs.dirs import (
     RunDirGuard,
@@ -65,9 +69,8 @@ from attnexp.runs.dirs import (
     override_arg,
     resolve_run_dir,
     run_holding,
-    writer_alive,
 )
-from attnexp.runs.record import RunRecord
+from attnexp.runs.record import RunRecord, writer_alive
 from attnexp.tasks.callbacks import EpochHistory, FiniteLosses, moved_state
 
 
@@ -454,16 +457,6 @@ def test_a_resume_must_build_the_config_the_run_was_made_with(compose_cfg, tmp_p
         ConfigError, match=r"\(model.attention: the run's <absent>, today's context;"
     ):
         check_same_config(cfg, run_dir, str(run_dir))
-    # model.attn_norm, listed after lstm_mhsa runs were made without it, reads as none, what they
-    # were built with: no difference at none; at layer, another model
-    mhsa = compose_cfg("model=lstm_mhsa")
-    assert mhsa.model.attn_norm == "none"
-    mhsa_dir = tmp_path / "mhsa"
-    _saved_without(mhsa, mhsa_dir, "model.attn_norm")
-    check_same_config(mhsa, mhsa_dir, str(mhsa_dir))
-    mhsa.model.attn_norm = "layer"
-    with pytest.raises(ConfigError, match=r"\(model.attn_norm: the run's none, today's layer\)"):
-        check_same_config(mhsa, mhsa_dir, str(mhsa_dir))
     # as a run made before model.pooled_norm and data.epoch_order existed wrote it
     del saved["model"]["pooled_norm"]
     saved["data"].update(label_rule="smallest", shift=3, old_key=[1, 2], other=None, more=True)
@@ -745,7 +738,7 @@ def test_the_report_reads_the_seed_and_overrides_a_record_keeps(tmp_path):
     record = RunRecord(run_dir, seed=3, overrides=["scorer=dot", "trainer.max_epochs=2"])
     record.start()
     record.complete({"test/acc": 0.5})
-    run = collect.load_run(run_dir / "metrics.json", tmp_path)  # the report's reader
+    run = collect.read_run(run_dir / "metrics.json", tmp_path)  # the report's reader
     assert (run.status, run.seed, run.metrics) == ("completed", 3, {"test/acc": 0.5})
     assert run.settings["scorer"] == "dot" and run.settings["trainer.max_epochs"] == "2"
 
@@ -1203,7 +1196,7 @@ def test_writer_alive_tells_a_killed_run_from_a_running_one(tmp_path, monkeypatc
     assert writer_alive({**here, "pid": os.getpid()}) is True
     assert writer_alive({**here, "pid": ended_pid()}) is False  # killed: it never wrote `failed`
     assert writer_alive({**here, "pid": os.getpid(), "host": "elsewhere"}) is None  # can't tell
-    assert writer_alive(here) is None  # a record from before the pid was kept
+    assert writer_alive(here) is None  # a record without a pid: nothing to look for
     assert writer_alive({**here, "pid": os.getpid(), "status": "completed"}) is False
     (tmp_path / "metrics.json").write_text(json.dumps({**here, "pid": ended_pid()}))
     check_not_running(tmp_path, "resume=auto")  # its writer is gone: it may be resumed
@@ -1473,13 +1466,12 @@ def test_config_errors(compose_cfg, overrides, match):
     [
         (
             "trainer.devices=0",
-            r"^train: Lightning refuses trainer.accelerator=cpu, trainer.devices=0: "
-            r"`Trainer\(devices=0\)` value is not a valid input using cpu accelerator. \(set the "
-            r"one it names\)$",
+            r"^train: Lightning refuses a trainer.\* setting: .*`Trainer\(devices=0\)` value is "
+            r"not a valid input",
         ),
         (
             "trainer.limit_val_batches=-1",
-            r"^train: Lightning refuses trainer.limit_val_batches=-1: You have passed invalid value",
+            r"^train: Lightning refuses a trainer.\* setting: .*value -1 for limit_val_batches",
         ),
     ],
 )
@@ -1502,15 +1494,15 @@ def test_trainer_settings_lightning_refuses_are_said_before_loading(
     [
         (
             "callbacks.model_checkpoint.mode=foo",
-            r"^train: Lightning refuses callbacks.model_checkpoint.mode=foo: `mode` can be",
+            r"^train: Lightning refuses a callbacks.model_checkpoint.\* setting: .*`mode` can be",
         ),
         (
             "callbacks.model_checkpoint.save_top_k=-2",
-            r"^train: Lightning refuses callbacks.model_checkpoint.save_top_k=-2: Invalid value",
+            r"^train: Lightning refuses a callbacks.model_checkpoint.\* setting: .*save_top_k",
         ),
         (
             "callbacks.lr_monitor.logging_interval=foo",
-            r"^train: Lightning refuses callbacks.lr_monitor.logging_interval=foo: ",
+            r"^train: Lightning refuses a callbacks.lr_monitor.\* setting: .*logging_interval",
         ),
     ],
 )
@@ -1526,46 +1518,16 @@ def test_callback_settings_lightning_refuses_name_the_callback(
     "callback, overrides",
     [("model_checkpoint", []), ("early_stopping", ["callbacks=early_stopping"])],
 )
-def test_a_monitor_that_names_no_metric_is_said(compose_cfg, tmp_path, callback, overrides):
-    """Lightning says it after the first validation, with no key named: ModelCheckpoint as a
-    MisconfigurationException, EarlyStopping as a RuntimeError."""
-    with pytest.raises(ConfigError) as err:
+def test_a_monitor_that_names_no_metric_gets_lightnings_error_with_the_setting_logged(
+    compose_cfg, tmp_path, caplog, callback, overrides
+):
+    """Lightning finds it at the first validation and says which metrics there are; its error
+    goes on as it is, and the log line before it names the monitor settings."""
+    with pytest.raises(Exception, match="val/accc") as err:
         tiny_run(compose_cfg, tmp_path, *overrides, f"callbacks.{callback}.monitor=val/accc")
-    message = str(err.value)
-    assert message.startswith(
-        f"callbacks.{callback}.monitor=val/accc is not a metric the run logs at validation "
-        f"(it logs "
-    )
-    assert re.search(r"it logs .*\bval/acc,", message)
-    assert message.endswith(f"set callbacks.{callback}.monitor=val/acc, for instance)")
-
-
-def test_a_monitor_refusal_names_the_callback_of_the_kind_that_raised():
-    """Both callbacks monitor val/x; EarlyStopping raised (its check may come first, e.g. when
-    the checkpoint saves every other epoch): its setting is named, not the first one's."""
-    callbacks = OmegaConf.create(
-        {
-            "model_checkpoint": {
-                "_target_": "pytorch_lightning.callbacks.ModelCheckpoint",
-                "monitor": "val/x",
-            },
-            "early_stopping": {
-                "_target_": "pytorch_lightning.callbacks.EarlyStopping",
-                "monitor": "val/x",
-            },
-            "figures": None,
-        }
-    )
-    err = RuntimeError(
-        "Early stopping conditioned on metric `val/x` which is not available. Pass in or modify "
-        "your `EarlyStopping` callback to use any of the following: `val/acc`, `val/loss`"
-    )
-    refusal = monitor_refusal(err, callbacks)
-    assert str(refusal) == (
-        "callbacks.early_stopping.monitor=val/x is not a metric the run logs at validation (it "
-        "logs val/acc, val/loss; set callbacks.early_stopping.monitor=val/acc, for instance)"
-    )
-    assert monitor_refusal(RuntimeError("CUDA out of memory"), callbacks) is None
+    assert not isinstance(err.value, ConfigError) and "val/acc" in str(err.value)
+    (line,) = [r.getMessage() for r in caplog.records if "inside Lightning's fit" in r.getMessage()]
+    assert f"callbacks.{callback}.monitor=val/accc" in line
 
 
 def test_early_stopping_ends_the_run_and_the_record_says_why(compose_cfg, tmp_path):
@@ -1742,7 +1704,7 @@ def test_last_ckpt_is_the_latest_state_not_the_best(tmp_path):
 def test_settings_refused_before_training(compose_cfg, overrides, match):
     """Lightning and torch would stop on these with tracebacks from inside fit()."""
     with pytest.raises(ConfigError, match=match):
-        check_settings(compose_cfg(*overrides))
+        check_trainer_settings(compose_cfg(*overrides))
 
 
 def test_validation_after_every_batch_saves_the_best_checkpoint(tmp_path):
@@ -1769,18 +1731,22 @@ def test_validation_after_every_batch_saves_the_best_checkpoint(tmp_path):
 
 
 def test_debug_limit_works_with_step_validation(compose_cfg):
-    check_settings(compose_cfg("experiment=nndl_imdb_mean", "debug=limit"))
+    check_trainer_settings(compose_cfg("experiment=nndl_imdb_mean", "debug=limit"))
     # the limits of the settings refused above are settings a run may take
-    check_settings(compose_cfg("experiment=nndl_imdb_mean", "trainer.limit_train_batches=10"))
-    check_settings(compose_cfg("trainer.max_epochs=-1", "trainer.max_steps=5"))  # -1: no limit
+    check_trainer_settings(
+        compose_cfg("experiment=nndl_imdb_mean", "trainer.limit_train_batches=10")
+    )
+    check_trainer_settings(
+        compose_cfg("trainer.max_epochs=-1", "trainer.max_steps=5")
+    )  # -1: no limit
 
 
 @NO_CUDA
 def test_gpu_trainer_without_a_gpu(compose_cfg):
     with pytest.raises(ConfigError, match=r"trainer.accelerator=gpu: this machine sees no CUDA"):
-        check_settings(compose_cfg("trainer=gpu"))
+        check_trainer_settings(compose_cfg("trainer=gpu"))
     with pytest.raises(ConfigError, match=r"no CUDA device \(use trainer=cpu, trainer=ddp_cpu"):
-        check_settings(compose_cfg("trainer=ddp"))  # several processes on CPU: ddp_cpu
+        check_trainer_settings(compose_cfg("trainer=ddp"))  # several processes on CPU: ddp_cpu
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,6 @@ group options were chosen) and `checkpoints/*.ckpt`.
     load_weights(task, ckpt_path)
 """
 
-import json
 import logging
 import re
 from collections.abc import Iterator
@@ -26,7 +25,8 @@ from omegaconf import DictConfig, OmegaConf
 from attnexp.errors import ConfigError, message_lines, require_seed
 from attnexp.files import TORCH_LOAD_ERRORS
 from attnexp.runner.config import package_configs
-from attnexp.runs.dirs import LAST_CKPT, METRICS_FILE, RUN_CONFIG, override_key, run_holding
+from attnexp.runs.dirs import RUN_CONFIG, override_key, run_holding
+from attnexp.runs.record import LAST_CKPT, METRICS_FILE, read_record
 
 if TYPE_CHECKING:
     import torch
@@ -113,13 +113,13 @@ def run_settings_hint(command: str) -> Iterator[None]:
         ) from err
 
 
-def read_record(run_dir: str | Path) -> dict:
+def read_run_record(run_dir: str | Path) -> dict:
     """The run's metrics.json ({} when it has none)."""
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         return {}
     try:
-        return json.loads(path.read_text())
+        return read_record(path)
     except (OSError, ValueError) as err:
         raise ConfigError(
             f"{path} cannot be read ({err}); give ckpt_path=<a .ckpt file in {path.parent / 'checkpoints'}>"
@@ -135,7 +135,7 @@ def find_checkpoint(path: str | Path) -> Path:
     if not path.is_dir():
         raise ConfigError(f"ckpt_path={path} does not exist (give a .ckpt file or a run dir)")
     path = run_holding(path) or path  # a folder inside a run (its checkpoints/): the run
-    best = read_record(path).get("best_ckpt")
+    best = read_run_record(path).get("best_ckpt")
     if best:
         if (path / best).is_file():
             return (path / best).resolve()
@@ -284,7 +284,7 @@ def load_run(
     if cfg.seed is None:
         # seed=null: the run drew one; its saved config still says null, its metrics.json has it.
         # The data it made (the test bags, the dev split) came from that seed, as ours must.
-        cfg.seed = read_record(run_dir).get("seed")
+        cfg.seed = read_run_record(run_dir).get("seed")
     return cfg, load_choices(run_dir), run_dir, ckpt
 
 

@@ -29,7 +29,8 @@ from attnexp.runner.load import (
     run_settings_hint,
 )
 from attnexp.runs.collect import EVALUATE, Run, read_records
-from attnexp.runs.dirs import METRICS_FILE, holds_run, new_run_name, run_holding
+from attnexp.runs.dirs import holds_run, new_run_name, run_holding
+from attnexp.runs.record import METRICS_FILE
 
 log = logging.getLogger(__name__)
 register_resolvers()
@@ -39,7 +40,7 @@ COMPARE_FILE = "compare.html"  # ckpt_path=<a folder of runs>: every run's atten
 PREDICT_DEVICES = ("cpu", "cuda")
 
 
-def check_settings(cfg: DictConfig) -> None:
+def check_predict_settings(cfg: DictConfig) -> None:
     """predict.yaml's own settings, before anything is loaded."""
     given_ckpt_path(cfg)
     for key in ("batch_size", "max_figures"):
@@ -65,7 +66,7 @@ def check_settings(cfg: DictConfig) -> None:
         )
 
 
-def check_out_dir(out_dir: Path, given: bool) -> None:
+def check_prediction_dir(out_dir: Path, given: bool) -> None:
     """Predictions go to a folder of their own: never over an earlier prediction's files, never
     into a training run (its dir or a folder below it), where they would mix with the run's.
     `given`: out_dir= was set (else it is the default one under paths.log_dir)."""
@@ -216,12 +217,12 @@ def predict(cfg: DictConfig, raw: dict[str, str]) -> list[dict]:
     """Every example's result, written to predictions.jsonl with the figures. `ckpt_path=` a folder
     of runs: each completed run's results in turn, each result with its `run` (the run's name
     under the folder), and compare.html showing every run's attention side by side."""
-    check_settings(cfg)
+    check_predict_settings(cfg)
     given_dir = cfg.out_dir is not None
     out_dir = (
         Path(cfg.out_dir) if given_dir else Path(cfg.paths.log_dir) / "predictions" / new_run_name()
     ).expanduser()  # once, so the folder checked is the folder written
-    check_out_dir(out_dir, given_dir)
+    check_prediction_dir(out_dir, given_dir)
     lines = texts_file_lines(cfg)
     runs = runs_to_compare(Path(cfg.ckpt_path).expanduser())
     if runs is None:
