@@ -29,7 +29,7 @@ quickstart: setup  ## a real experiment offline on the embedded sample data (< 3
 	OMP_NUM_THREADS=1 $(BIN)/python -m attnexp model=lstm_attn scorer=dot trainer=cpu trainer.max_epochs=3 data.batch_size=32
 
 # The inner loop: unit tests of the building blocks, the data and the tasks, the configs and the
-# layering; no training run end to end (those are in tests/cli, tests/runner, tests/runs).
+# layering; no command run end to end (tests/cli, tests/runner, tests/runs; the e2e marker).
 FAST_TESTS := tests/modules tests/models tests/data tests/tasks tests/viz tests/test_configs.py \
 	tests/test_architecture.py tests/test_errors.py tests/test_files.py tests/cli/test_overrides.py
 
@@ -37,7 +37,7 @@ test: setup  ## the test suite (excludes slow tests), with the 15 slowest listed
 	$(BIN)/python -m pytest -q --durations=15
 
 test-fast: setup  ## unit and config tests only, no end-to-end training (< 2 min on 2 cores)
-	$(BIN)/python -m pytest -q --durations=5 $(FAST_TESTS)
+	$(BIN)/python -m pytest -q --durations=5 -m "not slow and not e2e" $(FAST_TESTS)
 
 test-all: setup  ## every test, slow ones too
 	$(BIN)/python -m pytest -q -m ""

@@ -155,6 +155,7 @@ def test_every_conf_folder_is_a_listed_package():
     assert folders - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
 
 
+@pytest.mark.e2e
 def test_a_wheel_ships_every_yaml_and_sample_and_composes_from_them(tmp_path):
     """`pip install .` (not editable): the wheel holds conf/ as attnexp.conf and the samples, and
     Hydra finds the configs in the installed package, with no checkout in sight."""

@@ -294,6 +294,7 @@ def test_probe_heatmaps_reach_tensorboard(overrides, views, compose_cfg, tmp_pat
         assert len(images) == 2 and all(image.width > 0 for image in images)  # one per epoch
 
 
+@pytest.mark.e2e
 def test_design_card_command_on_embedded_sample(tmp_path):
     """`python -m attnexp model=lstm_attn scorer=dot` (no data=) runs on the embedded IMDB sample."""
     env = {

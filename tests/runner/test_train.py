@@ -27,6 +27,7 @@ from omegaconf import OmegaConf
 from torch.multiprocessing import ProcessRaisedException
 from torch.utils.data import DataLoader
 
+from attnexp.cli.compose import compose_command_cfg
 from attnexp.errors import ConfigError, spawned_refusal
 from attnexp.runner.build import build, check_data_dir
 from attnexp.runner.evaluate import (
@@ -36,7 +37,7 @@ from attnexp.runner.evaluate import (
     multi_process_test_note,
     run_overrides,
 )
-from attnexp.runner.load import compose_command_cfg, find_checkpoint, load_run
+from attnexp.runner.load import find_checkpoint, load_run
 from attnexp.runner.train import (
     best_score,
     check_resume_data,

@@ -66,6 +66,7 @@ def one_rank(rank: int, store: str, failures) -> None:
     os._exit(0)
 
 
+@pytest.mark.e2e
 def test_attention_figures_under_fsdp(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     failures = mp.get_context("spawn").SimpleQueue()

@@ -17,10 +17,10 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from attnexp.cli.compose import compose_command_cfg
 from attnexp.cli.overrides import quote_equals_values
 from attnexp.errors import ConfigError, exit_with
 from attnexp.runner.config import register_resolvers
-from attnexp.runner.load import compose_command_cfg
 from attnexp.runs.dirs import natural_key
 from attnexp.runs.record import METRICS_FILE, RunRecord
 

@@ -28,10 +28,10 @@ of a second. torch and Lightning come with `attnexp.runner.predict`, imported on
 import logging
 import sys
 
+from attnexp.cli.compose import compose_command_cfg
 from attnexp.cli.overrides import quote_equals_values
 from attnexp.errors import ConfigError
 from attnexp.runner.config import register_resolvers
-from attnexp.runner.load import compose_command_cfg
 
 register_resolvers()
 

@@ -68,13 +68,13 @@ class Run:
         return " ".join(self.error.split())[:200]
 
 
-def _override_key(key: str) -> str:
+def _setting_name(key: str) -> str:
     return key.lstrip("+~").rsplit("/", 1)[-1]  # +experiment/bag -> bag
 
 
 def parse_overrides(lines: list[str]) -> dict[str, str]:
     pairs = (line.partition("=") for line in lines)
-    return {_override_key(key): value for key, _, value in pairs}
+    return {_setting_name(key): value for key, _, value in pairs}
 
 
 def _text(value) -> str:
@@ -183,7 +183,7 @@ def read_run(path: Path, root: Path) -> Run:
         choices = OmegaConf.select(hydra_cfg, "hydra.runtime.choices") if hydra_cfg else None
     for key, value in (choices or {}).items():
         if not key.startswith("hydra"):
-            settings[_override_key(key)] = _text(value)
+            settings[_setting_name(key)] = _text(value)
     if record.get("data_source") is not None:
         settings[DATA_KEY] = _data_label(record, settings, config)
     if isinstance(record.get(DATA_HASH_KEY), str):
