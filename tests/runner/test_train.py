@@ -312,7 +312,7 @@ def test_evaluate_settings_are_checked_before_loading(finished_run, tmp_path):
         ({"devices": [0, 1]}, r"trainer.devices=\[0, 1\]: evaluate tests in one process"),
         ({"devices": "auto"}, r"trainer.devices=auto: evaluate tests in one process"),
         ({"precision": "16-mixed"}, r"trainer.precision=16-mixed: float16 autocast runs on GPUs"),
-        ({"precision": 17}, r"trainer.precision=17.*: Precision 17 is invalid"),
+        ({"precision": 17}, r"^evaluate: Lightning refuses a trainer.\* .*Precision 17 is invalid"),
         ({"limit_test_batches": 0}, r"trainer.limit_test_batches=0 must be a number of batches"),
         ({"limit_test_batches": "abc"}, r"trainer.limit_test_batches='abc' must be a number"),
     ):
