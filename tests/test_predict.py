@@ -422,31 +422,6 @@ def test_a_longer_max_seq_len_than_trained_is_said(pair_run_dir, capsys, tmp_pat
     assert longer_than_trained(pair_run_dir, load_run_config(pair_run_dir)) is None
 
 
-def test_a_match_feature_run_from_before_unk_matches_says_which_rule(tmp_path, capsys):
-    """model.unk_matches came after runs with the exact-match feature were made, and the two rules
-    give different numbers for one checkpoint: such a run's config (the key removed, as it was
-    saved then) is refused with the override to give, and rebuilt with it gives the run's answer."""
-    train_pair_run(tmp_path, "experiment=nndl_lcqmc_tuned")
-    pair = ["text_a=电脑怎么录像", "text_b=如何录视频"]
-    rc, today, err = predict(
-        capsys, f"ckpt_path={tmp_path / 'run'}", *pair, f"out_dir={tmp_path / 'a'}"
-    )
-    assert rc == 0, today + err
-    old = tmp_path / "old"
-    shutil.copytree(tmp_path / "run", old)
-    saved = old / ".hydra" / "config.yaml"
-    run_cfg = OmegaConf.load(saved)
-    del run_cfg.model["unk_matches"]
-    OmegaConf.save(run_cfg, saved)
-    rc, _, err = predict(capsys, f"ckpt_path={old}", *pair, f"out_dir={tmp_path / 'b'}")
-    assert rc != 0 and re.search(r"needs model.unk_matches.*before commit 40b6d93", err), err
-    rule = 'overrides=["+model.unk_matches=false"]'
-    rc, rebuilt, _ = predict(capsys, f"ckpt_path={old}", *pair, rule, f"out_dir={tmp_path / 'c'}")
-    assert rc == 0
-    rows = [json.loads((tmp_path / d / "predictions.jsonl").read_text()) for d in "ac"]
-    assert rows[0]["probability"] == rows[1]["probability"] and rows[0]["label"] == rows[1]["label"]
-
-
 def test_help_and_hydra_flags(capsys):
     """predict parses its own command line: --help shows its settings, and Hydra's flags, which
     ended in Hydra's lexer error (LexerNoViableAltException: --help), are refused by name."""

@@ -274,8 +274,8 @@ def test_token_cache_is_reused(tmp_path, caplog):
 
 
 def test_ids_cached_under_another_encoding_rule_are_not_reused(tmp_path, monkeypatch):
-    """`ENCODING` names how texts become ids beyond the tokenizer (a typed "[PAD]" reads as [UNK]
-    since 2026-11-23): a new rule must miss the ids cached under the old one."""
+    """`ENCODING` names how texts become ids beyond the tokenizer (a typed "[PAD]" reads as [UNK]):
+    a new rule must miss the ids cached under the old one."""
     write_imdb(tmp_path / "data")
     make_dm(tmp_path).setup("fit")
     folder = tmp_path / "cache" / "imdb"

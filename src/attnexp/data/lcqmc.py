@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from torch.utils.data import DataLoader, Dataset
 
 from attnexp.data.base import AttnDataModule, data_hash, fingerprint
-from attnexp.data.batching import bucketed_loader, check_epoch_order, pad_sequences
+from attnexp.data.batching import bucketed_loader, pad_sequences
 from attnexp.data.chinese import PairTokenizer, check_pair_len
 from attnexp.data.sources import resolve
 from attnexp.data.text import not_utf8, save_tokenizer
@@ -131,8 +131,6 @@ class LCQMCDataModule(AttnDataModule):
         val_fraction / split_seed: the dev share held out for validation under train_split=dev.
         max_seq_len: tokens per encoded pair, [CLS] and both [SEP] included (longest-first truncation).
         batch_size / eval_batch_size: pairs per batch (length-bucketed).
-        epoch_order: "reshuffle" (new training batches each epoch) or "repeat" (epoch 0's batches
-            every epoch, as the runs recorded before this option did).
         vocab_file: a BERT-style vocab.txt; null builds the vocabulary from the training split.
         min_frequency: a training token must occur this often to get its own id (else [UNK]).
         cache_dir: where encoded splits are cached, keyed by a hash of vocabulary + data (null: off).
@@ -157,12 +155,10 @@ class LCQMCDataModule(AttnDataModule):
         min_frequency: int = 1,
         cache_dir: str | None = None,
         tokenizer_file: str | None = None,
-        epoch_order: str = "reshuffle",
         seed: int = 0,
         num_workers: int = 0,
     ) -> None:
         super().__init__()
-        check_epoch_order(epoch_order)
         if train_split not in TRAIN_SPLITS:
             raise ConfigError(
                 f"data.train_split '{train_split}' is not one of {', '.join(TRAIN_SPLITS)} (set data.train_split=...)"
@@ -196,7 +192,7 @@ class LCQMCDataModule(AttnDataModule):
                 f"data.cache_dir={cache_dir}: {blocker} is a file, so the encoded splits cannot "
                 f"be cached there (set data.cache_dir=<a folder>, or null for no cache)"
             )
-        self.seed, self.num_workers, self.epoch_order = seed, num_workers, epoch_order
+        self.seed, self.num_workers = seed, num_workers
         self.tokenizer: PairTokenizer | None = None
         self.datasets: dict[str, PairDataset] | None = None
         self.texts: dict[str, Pairs] = {}
@@ -393,7 +389,6 @@ class LCQMCDataModule(AttnDataModule):
             seed=self.seed,
             collate_fn=functools.partial(dataset.collate, pad_id=self.tokenizer.pad_id),
             num_workers=self.num_workers,
-            epoch_order=self.epoch_order,
         )
 
     def train_dataloader(self) -> DataLoader:

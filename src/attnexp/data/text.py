@@ -172,8 +172,8 @@ def save_tokenizer(tokenizer: Tokenizer, folder: str | Path) -> Path:
             raise ConfigError(
                 f"{path} holds the tokenizer this run was trained with, and it cuts text into "
                 f"words by another rule than this version's ({' and '.join(changed)} differ): the "
-                f"run was made by another version of attnexp (e.g. the <br> rule changed in "
-                f"204431a), and a resumed run must read its texts as it was trained. Test it again "
+                f"run was made by another version of attnexp, and a resumed run must read its "
+                f"texts as it was trained. Test it again "
                 f"with python -m attnexp.evaluate ckpt_path={folder} (it uses the saved "
                 f"tokenizer), or start a new run"
             )

@@ -22,7 +22,6 @@ from attnexp.data.base import AttnDataModule, data_hash, fingerprint
 from attnexp.data.batching import (
     TokenDataset,
     bucketed_loader,
-    check_epoch_order,
     collate_tokens,
     pad_sequences,
 )
@@ -57,7 +56,7 @@ from attnexp.files import not_a_folder
 
 SPLITS = ("train", "test")  # what the loaders return; validation is carved out of one of them
 # In the token-id cache key: how texts become ids beyond the tokenizer (a typed "[PAD]" reads as
-# [UNK] since 2026-11-23), so ids cached under an earlier rule are not reused.
+# [UNK]), so ids cached under another rule are not reused.
 ENCODING = "pad-as-unk"
 
 
@@ -84,8 +83,6 @@ class TextClassificationDataModule(AttnDataModule):
         max_seq_len / truncation: texts are cut to max_seq_len tokens, the first ones ("head") or
             the first and last halves ("head_tail").
         batch_size: texts per batch; batches are length-bucketed (`pool_batches` batches per pool).
-        epoch_order: "reshuffle" (new training batches each epoch) or "repeat" (epoch 0's batches
-            every epoch, as the runs recorded before this option did).
         val_fraction: share of the training texts held out (stratified by label) for validation.
         train_fraction: share of the training texts that train, after validation is carved out
             (stratified by label, drawn from the split seed as the held-out texts are): 1 keeps
@@ -120,7 +117,6 @@ class TextClassificationDataModule(AttnDataModule):
         val_fraction: float = 0.1,
         train_fraction: float = 1.0,
         pool_batches: int = 50,
-        epoch_order: str = "reshuffle",
         tokenizer_path: str | None = None,
         cache_dir: str | None = None,
         seed: int = 0,
@@ -140,8 +136,6 @@ class TextClassificationDataModule(AttnDataModule):
         require_fraction("data.train_fraction", train_fraction, upto_one=True)
         require_non_negative("data.num_workers", num_workers)
         require_seed("data.split_seed", split_seed)
-        check_epoch_order(epoch_order)
-        self.epoch_order = epoch_order
         self.data_dir, self.source_request = Path(data_dir), source
         self.vocab_size, self.min_frequency, self.lowercase = vocab_size, min_frequency, lowercase
         word_pre_tokenizer(word_split)  # fail on a bad value now, not after loading the data
@@ -401,7 +395,6 @@ class TextClassificationDataModule(AttnDataModule):
             seed=self.seed,
             collate_fn=collate_tokens,
             num_workers=self.num_workers,
-            epoch_order=self.epoch_order,
             pool_batches=self.pool_batches,
         )
 

@@ -110,9 +110,8 @@ class BagAttention(nn.Module):
             masked mean of the item features as query).
         scorer: factory for the context scorer, called with key_dim and query_dim (from `scorer=`).
         backbone: "mlp" or "conv".
-        pooled_norm: BatchNorm on the pooled vector before the classifier; None: as the book
-            (context: yes, simple: no; conf/model/bag_attn.yaml's default). False, the default
-            here, is what runs from before the option trained: their checkpoints still load.
+        pooled_norm: BatchNorm on the pooled vector before the classifier (the book's context
+            attention net has it, its simple attention net does not).
     """
 
     input_kind = "bags"
@@ -128,7 +127,7 @@ class BagAttention(nn.Module):
         backbone: str = "mlp",
         attention: str = "context",
         scorer: Callable[..., Scorer] | None = None,
-        pooled_norm: bool | None = False,
+        pooled_norm: bool = False,
     ) -> None:
         super().__init__()
         require_positive("model.hidden_size", hidden_size)
@@ -146,8 +145,6 @@ class BagAttention(nn.Module):
             self.pool = AttentionPooling(hidden_size, SimpleScorer(hidden_size), query="none")
         else:
             self.pool = AttentionPooling(hidden_size, scorer, query="mean")
-        if pooled_norm is None:
-            pooled_norm = attention == "context"
         self.head = classifier_head(hidden_size, num_classes, pooled_norm)
 
     def forward(self, items: torch.Tensor, mask: torch.Tensor, return_attention: bool = False):
