@@ -44,7 +44,7 @@ def one_rank(rank: int, store: str, failures) -> None:
         task = ClassificationTask(model, 10, optimizer=torch.optim.SGD)
         wrapped = FSDP(task, device_id=torch.device("cpu"), use_orig_params=True)
         batch = ProbeData().probe_batch(2)
-        wrapped(items=batch["items"], mask=batch["mask"]).sum().backward()  # a training step
+        wrapped(items=batch["items"], mask=batch["mask"]).logits.sum().backward()  # a training step
         callbacks_module.tensorboard_writers = lambda trainer: ["a writer"]
         trainer = SimpleNamespace(
             sanity_checking=False, current_epoch=0, global_step=1, datamodule=ProbeData(),
@@ -60,7 +60,7 @@ def one_rank(rank: int, store: str, failures) -> None:
         dist.destroy_process_group()
     # Out without the interpreter's finalisation: gloo's worker threads may still hold work whose
     # tensors take the GIL as they are freed, and a rank then aborts at shutdown with the same
-    # message (once in a full test run under load, 2026-11-23). The result is in `failures` already.
+    # message (seen once in a full test run under load). The result is in `failures` already.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -8,6 +8,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from attnexp.errors import ConfigError
+from attnexp.models import ModelOutput
 from attnexp.run_record import RunRecord
 from attnexp.tasks import ClassificationTask
 from attnexp.tasks.callbacks import EpochHistory
@@ -20,8 +21,8 @@ class Linear(nn.Module):
         super().__init__()
         self.net = nn.Linear(4, 3)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
+    def forward(self, x: torch.Tensor) -> ModelOutput:
+        return ModelOutput(self.net(x))
 
 
 def quiet_trainer(**settings) -> pl.Trainer:
@@ -46,7 +47,7 @@ def test_epoch_metrics_cover_every_batch():
     loaders = [DataLoader(batches, batch_size=None), DataLoader(batches[:2], batch_size=None)]
     (main, extra) = trainer.test(task, dataloaders=loaders, verbose=False)
     with torch.no_grad():
-        correct = [(model(b["x"]).argmax(-1) == b["labels"]).float() for b in batches]
+        correct = [(model(b["x"]).logits.argmax(-1) == b["labels"]).float() for b in batches]
     assert abs(main["test/acc"] - torch.cat(correct).mean().item()) < 1e-6
     assert abs(extra["test/acc_again"] - torch.cat(correct[:2]).mean().item()) < 1e-6
 
@@ -313,7 +314,7 @@ def test_fit_logs_each_stages_metrics_under_its_prefix():
         "val/loss",
     ]
     with torch.no_grad():
-        logits = [model(b["x"]) for b in batches]
+        logits = [model(b["x"]).logits for b in batches]
         labels = torch.cat([b["labels"] for b in batches])
         accuracy = (torch.cat(logits).argmax(-1) == labels).float().mean()
         losses = [

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from attnexp.errors import ConfigError, require_positive
+from attnexp.models.output import ModelOutput
 from attnexp.modules import AttentionPooling, Scorer, SimpleScorer
 
 BACKBONES = ("mlp", "conv")
@@ -87,8 +88,10 @@ class BagMLP(nn.Module):
             nn.Linear(hidden_size, num_classes),
         )
 
-    def forward(self, items: torch.Tensor, mask: torch.Tensor, return_attention: bool = False):
-        """items (B, T, C, S, S), mask (B, T) -> logits (B, classes); no attention to return."""
+    def forward(
+        self, items: torch.Tensor, mask: torch.Tensor, return_attention: bool = False
+    ) -> ModelOutput:
+        """items (B, T, C, S, S), mask (B, T) -> logits (B, classes); no attention."""
         B, T = mask.shape
         if T > self.max_bag_size:
             raise ConfigError(
@@ -98,8 +101,7 @@ class BagMLP(nn.Module):
         if T < self.max_bag_size:  # smaller bags: the missing slots are empty (zeros)
             pad = items.new_zeros(B, self.max_bag_size - T, *items.shape[2:])
             items = torch.cat([items, pad], dim=1)
-        logits = self.net(items)
-        return (logits, None) if return_attention else logits
+        return ModelOutput(self.net(items))
 
 
 class BagAttention(nn.Module):
@@ -147,10 +149,11 @@ class BagAttention(nn.Module):
             self.pool = AttentionPooling(hidden_size, scorer, query="mean")
         self.head = classifier_head(hidden_size, num_classes, pooled_norm)
 
-    def forward(self, items: torch.Tensor, mask: torch.Tensor, return_attention: bool = False):
-        """items (B, T, C, S, S), mask (B, T) -> logits (B, classes) [, weights (B, T)]."""
+    def forward(
+        self, items: torch.Tensor, mask: torch.Tensor, return_attention: bool = False
+    ) -> ModelOutput:
+        """items (B, T, C, S, S), mask (B, T) -> logits (B, classes), weights (B, T) if asked."""
         B, T = mask.shape
         features = self.backbone(items.flatten(0, 1)).view(B, T, -1)  # (B, T, H)
         pooled, weights = self.pool(features, mask)  # (B, H), (B, T)
-        logits = self.head(pooled)
-        return (logits, weights) if return_attention else logits
+        return ModelOutput(self.head(pooled), weights if return_attention else None)

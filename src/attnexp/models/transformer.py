@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from attnexp.errors import ConfigError, require_positive, require_probability
+from attnexp.models.output import ModelOutput
 from attnexp.modules.embeddings import PairEmbeddings
 from attnexp.modules.transformer import TorchEncoderBlock, TransformerEncoderBlock
 
@@ -122,8 +123,9 @@ class TransformerMatcher(nn.Module):
         segment_ids: torch.Tensor,
         mask: torch.Tensor,
         return_attention: bool = False,
-    ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
-        """input_ids, segment_ids, mask (B, T) -> logits (B, C) [, attention: depth x (B, nh, T, T)]."""
+    ) -> ModelOutput:
+        """input_ids, segment_ids, mask (B, T) -> logits (B, C), attention if asked: one
+        (B, nh, T, T) per block."""
         matches = (
             None if self.match is None else exact_match(input_ids, segment_ids, mask, self.unk_id)
         )  # (B, T)
@@ -135,4 +137,4 @@ class TransformerMatcher(nn.Module):
             attention.append(weights)
         cls = self.final_norm(x)[:, 0]  # (B, H): the [CLS] position
         logits = self.classifier(self.dropout(self.pooler(cls)))  # (B, C)
-        return (logits, attention) if return_attention else logits
+        return ModelOutput(logits, attention if return_attention else None)

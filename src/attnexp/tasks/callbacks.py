@@ -67,9 +67,9 @@ class AttentionFigures(pl.Callback):
         was_training = pl_module.training
         pl_module.eval()
         with torch.no_grad(), full_parameters(trainer):
-            logits, attention = pl_module.model(**inputs, return_attention=True)
+            output = pl_module.model(**inputs, return_attention=True)
         pl_module.train(was_training)
-        figures = datamodule.attention_figure(batch, logits, attention)
+        figures = datamodule.attention_figure(batch, output.logits, output.attention)
         if figures is None:
             return
         if not isinstance(figures, dict):

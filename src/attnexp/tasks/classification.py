@@ -1,7 +1,7 @@
 """One LightningModule for every classification experiment (bags, reviews, question pairs).
 
-A batch is a dict: `labels` (B,) plus the model's keyword inputs. The model returns logits, or
-(logits, attention) when called with `return_attention=True`.
+A batch is a dict: `labels` (B,) plus the model's keyword inputs. The model returns a
+`ModelOutput` (logits, and attention when called with `return_attention=True`).
 """
 
 from collections.abc import Callable
@@ -13,6 +13,7 @@ from torch import nn
 from torchmetrics import MetricCollection
 
 from attnexp.errors import ConfigError
+from attnexp.models.output import ModelOutput
 from attnexp.tasks.metrics import ClassificationStats
 from attnexp.tasks.optim import param_groups
 
@@ -74,7 +75,7 @@ class ClassificationTask(pl.LightningModule):
         # What a run should know about its numbers (train/evaluate keep them in the record).
         self.notes: list[str] = []
 
-    def forward(self, **inputs: torch.Tensor) -> torch.Tensor:
+    def forward(self, **inputs: torch.Tensor) -> ModelOutput:
         return self.model(**inputs)
 
     def _metrics(self, stage: str, dataloader_idx: int = 0) -> MetricCollection:
@@ -86,7 +87,7 @@ class ClassificationTask(pl.LightningModule):
 
     def _shared_step(self, batch: dict, stage: str, dataloader_idx: int = 0) -> torch.Tensor:
         inputs, labels = split_batch(batch)
-        logits = self.model(**inputs)
+        logits = self.model(**inputs).logits
         loss = F.cross_entropy(logits, labels)
         self._metrics(stage, dataloader_idx).update(logits.detach(), labels, loss)
         if stage == "train":
