@@ -373,7 +373,8 @@ def classify(
             for k, v in datamodule.encode_raw([examples[i] for i in chunk]).items()
         }
         with torch.no_grad():
-            logits, attention = model(**batch, return_attention=True)
+            output = model(**batch, return_attention=True)
+        logits, attention = output.logits, output.attention
         probs = logits.float().softmax(-1).cpu()
         stems = [
             out_dir / f"example{i:04d}" if cfg.figures and i < cfg.max_figures else None
