@@ -211,7 +211,7 @@ def test_batches_cache_and_artifacts(tmp_path):
     )
     assert torch.equal(batch["segment_ids"], pair_segments(batch))  # a [SEP] b [SEP] -> 0 0 1 1
     assert batch["segment_ids"].sum() > 0
-    assert len(list((tmp_path / "cache").glob("*.pt"))) == 3
+    assert len(list((tmp_path / "cache" / "lcqmc").glob("*.pt"))) == 3
     assert len(dm.test_dataloader()) == 1  # the 40 test pairs in one batch of eval_batch_size
     again = make_dm(tmp_path)
     again.setup()  # from the cache: the same encodings
@@ -351,11 +351,11 @@ def test_loader_batch_order_is_pinned(tmp_path):
 def test_missing_or_broken_tokenizer_file(tmp_path):
     write_lcqmc(tmp_path / "data", {"dev": 20, "test": 6})
     missing = tmp_path / "missing.json"
-    with pytest.raises(ConfigError, match=r"no tokenizer at .*missing.json.*data.tokenizer_file="):
-        make_dm(tmp_path, tokenizer_file=str(missing)).setup("fit")
+    with pytest.raises(ConfigError, match=r"no tokenizer at .*missing.json.*data.tokenizer_path="):
+        make_dm(tmp_path, tokenizer_path=str(missing)).setup("fit")
     missing.write_text('{"version": "1.0", "trunc')
-    with pytest.raises(ConfigError, match=r"not a valid tokenizer file .*data.tokenizer_file="):
-        make_dm(tmp_path, tokenizer_file=str(missing)).setup("fit")
+    with pytest.raises(ConfigError, match=r"not a valid tokenizer file .*data.tokenizer_path="):
+        make_dm(tmp_path, tokenizer_path=str(missing)).setup("fit")
 
 
 @pytest.mark.parametrize(
@@ -384,7 +384,7 @@ def test_a_broken_cached_encoding_is_encoded_again(tmp_path, caplog):
     """A cut-short cache file stopped setup with torch's zip-archive RuntimeError."""
     write_lcqmc(tmp_path / "data")
     make_dm(tmp_path).setup()
-    for cached in (tmp_path / "cache").glob("*.pt"):
+    for cached in (tmp_path / "cache" / "lcqmc").glob("*.pt"):
         cached.write_bytes(cached.read_bytes()[:100])
     with caplog.at_level("WARNING"):
         dm = make_dm(tmp_path)
@@ -407,12 +407,18 @@ def test_a_training_split_of_one_class_is_refused(tmp_path):
 
 
 def test_the_cache_lies_under_attnexp_cache_as_imdbs_does(compose_cfg, monkeypatch):
-    """It was .cache/lcqmc in the folder a run started from, whatever $ATTNEXP_CACHE said."""
+    """data.cache_dir means what it means for IMDB: null is $ATTNEXP_CACHE, else ~/.cache/attnexp,
+    and the dataset caches in its own folder under it."""
     monkeypatch.setenv("ATTNEXP_CACHE", "/elsewhere/cache")
-    assert compose_cfg("model=transformer").data.cache_dir == "/elsewhere/cache/lcqmc"
+    assert compose_cfg("model=transformer").data.cache_dir is None
+    assert instantiate(compose_cfg("model=transformer").data).cache_folder == Path(
+        "/elsewhere/cache/lcqmc"
+    )
     monkeypatch.delenv("ATTNEXP_CACHE")
     dm = instantiate(compose_cfg("model=transformer").data)
-    assert dm.cache_dir == Path("~/.cache/attnexp/lcqmc").expanduser()
+    assert dm.cache_folder == Path("~/.cache/attnexp/lcqmc").expanduser()
+    imdb = instantiate(compose_cfg("model=lstm_mean").data)
+    assert imdb.cache_folder == Path("~/.cache/attnexp/imdb").expanduser()
 
 
 def test_pair_files_with_a_bom_crlf_and_a_lone_carriage_return(tmp_path):

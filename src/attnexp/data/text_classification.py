@@ -26,24 +26,25 @@ from attnexp.data.batching import (
     pad_sequences,
 )
 from attnexp.data.sources import resolve, sample_path
-from attnexp.data.splits import Split, stratified_split, subset
+from attnexp.data.splits import Split, check_sides, stratified_split, subset
 from attnexp.data.text import (
     HTML_BREAK,
     PAD_ID,
     TRUNCATIONS,
     UNK_ID,
+    cache_folder,
     check_word_ids,
-    default_cache_dir,
     encode_texts,
     load_tokenizer,
+    reused_tokenizer,
     save_tokenizer,
     texts_hash,
     tokenize_dataset,
     tokenizer_hash,
     train_word_tokenizer,
+    trained_tokenizer,
     truncate,
     word_pre_tokenizer,
-    write_tokenizer,
 )
 from attnexp.errors import (
     ConfigError,
@@ -52,7 +53,6 @@ from attnexp.errors import (
     require_positive,
     require_seed,
 )
-from attnexp.files import not_a_folder
 
 SPLITS = ("train", "test")  # what the loaders return; validation is carved out of one of them
 # In the token-id cache key: how texts become ids beyond the tokenizer (a typed "[PAD]" reads as
@@ -90,8 +90,7 @@ class TextClassificationDataModule(AttnDataModule):
             `val_from=train` run of the same seed trains on (0.9 with val_fraction 0.1).
         seed / split_seed: `seed` draws the batch orders, and the held-out texts unless
             `split_seed` is given (then every run seed validates on the same texts).
-        tokenizer_path: reuse a saved tokenizer (file or run dir) instead of training one.
-        cache_dir: token-id cache (null: $ATTNEXP_CACHE or ~/.cache/attnexp).
+        tokenizer_path / cache_dir: as for every text dataset (see `attnexp.data.text`).
     """
 
     input_kind = "tokens"
@@ -149,15 +148,9 @@ class TextClassificationDataModule(AttnDataModule):
         self.val_fraction, self.seed, self.num_workers = val_fraction, seed, num_workers
         self.train_fraction = train_fraction
         self.split_seed = seed if split_seed is None else split_seed
-        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-        blocker = not_a_folder(self.cache_dir)
-        if blocker is not None:
-            raise ConfigError(
-                f"data.cache_dir={self.cache_dir}: {blocker} is a file, so the token-id cache "
-                f"cannot go there (set data.cache_dir=<a folder>)"
-            )
+        self.cache_folder = cache_folder(cache_dir, self.data_subdir)
         self.tokenizer = (
-            check_word_ids(load_tokenizer(tokenizer_path), tokenizer_path, "data.tokenizer_path")
+            check_word_ids(reused_tokenizer(tokenizer_path), tokenizer_path, "data.tokenizer_path")
             if tokenizer_path
             else None
         )
@@ -246,12 +239,7 @@ class TextClassificationDataModule(AttnDataModule):
         keep_idx, val_idx = stratified_split(
             carved["label"], self.val_fraction, self.split_seed, block
         )
-        if not keep_idx or not val_idx:
-            raise ConfigError(
-                f"data.val_fraction={self.val_fraction} of the {len(carved['label'])} "
-                f"{source} {self.noun} leaves {len(val_idx)} for validation and "
-                f"{len(keep_idx)} for {source}: each needs one (set data.val_fraction=...)"
-            )
+        check_sides(keep_idx, val_idx, self.val_fraction, f"{source} {self.noun}", source)
         return {
             "train": raw["train"],
             "test": raw["test"],
@@ -306,7 +294,7 @@ class TextClassificationDataModule(AttnDataModule):
         self.splits = {}
         for name, part in parts.items():
             key = texts_hash(part["text"], tok_hash, self.max_seq_len, self.truncation, ENCODING)
-            cache = self.cache_dir / self.data_subdir / f"{name}-{key}.arrow"
+            cache = self.cache_folder / f"{name}-{key}.arrow"
             encoded = tokenize_dataset(
                 Dataset.from_dict(part),
                 self.tokenizer,
@@ -365,25 +353,21 @@ class TextClassificationDataModule(AttnDataModule):
             )
 
     def _train_tokenizer(self, texts: list[str]):
-        key = texts_hash(
-            texts, self.vocab_size, self.min_frequency, self.lowercase, self.word_split, HTML_BREAK
+        settings = (
+            self.vocab_size,
+            self.min_frequency,
+            self.lowercase,
+            self.word_split,
+            HTML_BREAK,
         )
-        cached = self.cache_dir / self.data_subdir / f"tokenizer-{key}.json"
-        if cached.is_file():
-            try:
-                tokenizer = load_tokenizer(cached)
-            except ConfigError as err:  # a broken cache is a cache miss
-                self._log.warning(
-                    "training the tokenizer again: the cached one is broken (%s)", err
-                )
-            else:
-                self._log.info("tokenizer from cache %s", cached)
-                return tokenizer
-        tokenizer = train_word_tokenizer(
-            texts, self.vocab_size, self.min_frequency, self.lowercase, self.word_split
+        return trained_tokenizer(
+            self.cache_folder,
+            texts,
+            settings,
+            lambda: train_word_tokenizer(
+                texts, self.vocab_size, self.min_frequency, self.lowercase, self.word_split
+            ),
         )
-        write_tokenizer(tokenizer, cached)
-        return tokenizer
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         data = self.splits[split]
