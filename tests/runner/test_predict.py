@@ -17,7 +17,7 @@ from lcqmc_data import write_lcqmc
 from omegaconf import OmegaConf
 
 from attnexp.cli.predict import main, split_args
-from attnexp.data.text_classification import TextClassificationDataModule
+from attnexp.predictors import TokenPredictor
 from attnexp.runner.build import build
 from attnexp.runner.load import load_run, load_run_config, longer_than_trained
 
@@ -659,7 +659,7 @@ def test_attention_false_without_figures_computes_no_weights(
     def refuse(*args):
         raise AssertionError("prediction_attention called")
 
-    monkeypatch.setattr(TextClassificationDataModule, "prediction_attention", refuse)
+    monkeypatch.setattr(TokenPredictor, "prediction_attention", refuse)
     args = [f"ckpt_path={run_dir}", "text=a great film", "figures=false"]
     assert predict(capsys, *args, "attention=false", f"out_dir={tmp_path / 'a'}")[0] == 0
     with pytest.raises(AssertionError, match="prediction_attention called"):
@@ -670,13 +670,13 @@ def test_weights_drawn_and_kept_are_worked_out_once(run_dir, capsys, tmp_path, m
     """Figures and predictions.jsonl share one prediction_attention per batch (the figures
     worked it out a second time)."""
     calls = []
-    original = TextClassificationDataModule.prediction_attention
+    original = TokenPredictor.prediction_attention
 
     def counted(self, *args):
         calls.append(1)
         return original(self, *args)
 
-    monkeypatch.setattr(TextClassificationDataModule, "prediction_attention", counted)
+    monkeypatch.setattr(TokenPredictor, "prediction_attention", counted)
     texts = tmp_path / "texts.txt"
     texts.write_text("a great film\na dull film\n")
     args = [f"ckpt_path={run_dir}", f"texts_file={texts}", f"out_dir={tmp_path / 'out'}"]

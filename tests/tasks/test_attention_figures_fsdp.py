@@ -14,6 +14,7 @@ import torch.multiprocessing as mp
 
 from attnexp.models.bag import BagAttention
 from attnexp.modules import AdditiveScorer
+from attnexp.predictors import PREDICTORS
 from attnexp.tasks import ClassificationTask
 from attnexp.tasks import callbacks as callbacks_module
 
@@ -21,6 +22,10 @@ pytestmark = pytest.mark.skipif(not dist.is_available(), reason="no torch.distri
 
 
 class ProbeData:
+    """Data and its own predictor: a probe batch, and a figure that checks what it is given."""
+
+    input_kind = "probe"
+
     def probe_batch(self, num_examples):
         torch.manual_seed(1)
         return {
@@ -37,6 +42,7 @@ class ProbeData:
 def one_rank(rank: int, store: str, failures) -> None:
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
+    PREDICTORS["probe"] = lambda data: data  # in this spawned process too
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     try:
         torch.manual_seed(0)
@@ -83,6 +89,7 @@ def test_attention_figures_are_drawn_every_n_epochs_from_the_first(monkeypatch):
     """every_n_epochs=2 draws at epochs 0, 2, 4 (Lightning's 0-based count); never at the sanity
     check, nor without a TensorBoard logger to draw into."""
     drawn = []
+    monkeypatch.setitem(PREDICTORS, "probe", lambda data: data)
 
     class Counting(ProbeData):
         def probe_batch(self, num_examples):

@@ -318,7 +318,8 @@ def test_fit_logs_each_stages_metrics_under_its_prefix():
         labels = torch.cat([b["labels"] for b in batches])
         accuracy = (torch.cat(logits).argmax(-1) == labels).float().mean()
         losses = [
-            torch.nn.functional.cross_entropy(x, b["labels"]) for x, b in zip(logits, batches, strict=True)
+            torch.nn.functional.cross_entropy(x, b["labels"])
+            for x, b in zip(logits, batches, strict=True)
         ]
     metrics = trainer.callback_metrics
     assert torch.allclose(metrics["val/acc"], accuracy) and torch.allclose(

@@ -19,7 +19,6 @@ import logging
 from pathlib import Path
 
 import torch
-from matplotlib.figure import Figure
 from torch.utils.data import DataLoader, Dataset
 
 from attnexp.data.base import AttnDataModule, data_hash, fingerprint
@@ -52,7 +51,6 @@ HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 HUB_COLUMNS = ("sentence1", "sentence2", "score")
 TRAIN_SPLITS = ("train", "dev")
 TOKENIZER_FILE = "tokenizer.json"
-LABEL_NAMES = ("not similar", "similar")
 CACHE_FORMAT = "flat-v2"
 Pairs = tuple[list[str], list[str], list[int]]  # texts_a, texts_b, labels
 
@@ -390,7 +388,7 @@ class LCQMCDataModule(AttnDataModule):
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", False)
 
-    # ---------------------------------------------------------------- attention and prediction
+    # ---------------------------------------------------------------- raw pairs, probes
     def encode_texts(self, texts_a: list[str], texts_b: list[str]) -> dict[str, torch.Tensor]:
         """Raw pairs -> a model batch (no labels). Over-long pairs are truncated to max_seq_len."""
         tokenizer = self.ensure_tokenizer()
@@ -398,84 +396,6 @@ class LCQMCDataModule(AttnDataModule):
         input_ids, mask = pad_sequences(ids, tokenizer.pad_id)
         segment_ids, _ = pad_sequences(segments, 0)
         return {"input_ids": input_ids, "segment_ids": segment_ids, "mask": mask}
-
-    raw_fields = ("text_a", "text_b")
-
-    def check_raw(self, example: dict[str, str]) -> str | None:
-        empty = [k for k in self.raw_fields if not example.get(k, "").strip()]
-        if empty:
-            return f"{' and '.join(empty)} {'is' if len(empty) == 1 else 'are'} empty: there is nothing to compare"
-        return None
-
-    def raw_notes(self, example: dict[str, str]) -> list[str]:
-        tokenizer = self.ensure_tokenizer()
-        notes = []
-        tokens = [tokenizer.tokenize(example[k]) for k in self.raw_fields]
-        total = sum(len(t) for t in tokens) + 3
-        if total > self.max_seq_len:
-            notes.append(
-                f"{total} tokens with [CLS]/[SEP]: truncated to data.max_seq_len={self.max_seq_len} "
-                f"(the longer text loses its tail first)"
-            )
-        # counted in what the model reads: after truncation, as IMDB's notes count
-        (ids,), _ = tokenizer.encode_pairs(
-            [example["text_a"]], [example["text_b"]], self.max_seq_len
-        )
-        read = tokenizer.ids_to_tokens(ids)
-        unknown = sum(token == "[UNK]" for token in read)
-        if unknown:
-            notes.append(
-                f"{unknown} of the {len(read) - 3} tokens read are not in the training vocabulary "
-                f"([UNK])"
-            )
-        return notes
-
-    def encode_raw(self, examples: list[dict[str, str]]) -> dict[str, torch.Tensor]:
-        return self.encode_texts([e["text_a"] for e in examples], [e["text_b"] for e in examples])
-
-    def prediction_label(self, class_index: int) -> str:
-        return LABEL_NAMES[class_index]
-
-    def prediction_attention(
-        self, batch: dict, attention
-    ) -> list[tuple[list[str], dict[str, torch.Tensor]]]:
-        """Per pair: its tokens ([CLS] a [SEP] b [SEP]) and the attention each receives, per layer
-        and head (named as in the PNG's panels)."""
-        from attnexp.viz.text import token_weights
-
-        if attention is None:
-            return []
-        received = {
-            f"layer {layer + 1} head {head + 1}": weights
-            for layer, maps in enumerate(attention)
-            for head, weights in enumerate(token_weights(maps, batch["mask"]).values())
-        }
-        examples = []
-        for b, ids in enumerate(batch["input_ids"]):
-            length = int(batch["mask"][b].sum())
-            tokens = self.ensure_tokenizer().ids_to_tokens(ids[:length].tolist())
-            examples.append((tokens, {view: w[b, :length] for view, w in received.items()}))
-        return examples
-
-    def prediction_figures(
-        self, batch: dict, probs: torch.Tensor, attention, views: list, out_stems: list[Path | None]
-    ) -> list[Path]:
-        """Per pair: a PNG of layers x heads heatmaps over its tokens, and an HTML page of the
-        attention each token receives (per layer and head)."""
-        from attnexp.viz.pairs import plot_pair_attention
-        from attnexp.viz.text import save_prediction
-
-        if attention is None:
-            return []
-        written = []
-        for b, ((tokens, per_view), stem) in enumerate(zip(views, out_stems, strict=True)):
-            if stem is None:
-                continue
-            maps = [layer[b, :, : len(tokens), : len(tokens)] for layer in attention]
-            title = f"p(similar)={float(probs[b, 1]):.2f}"
-            figure = plot_pair_attention(tokens, maps, title)
-            written += save_prediction(figure, tokens, per_view, title, stem, dpi=100)
-        return written
 
     def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor] | None:
         """The shortest validation pairs of each label (readable heatmaps), fixed across epochs."""
@@ -492,22 +412,3 @@ class LCQMCDataModule(AttnDataModule):
             :num_examples
         ] or order[:num_examples]
         return dataset.collate(indices, self.tokenizer.pad_id)
-
-    def attention_figure(
-        self, batch: dict, logits: torch.Tensor, attention, max_figures: int = 2
-    ) -> dict[str, Figure]:
-        """One layers x heads heatmap grid per example, for the first `max_figures` examples."""
-        from attnexp.viz.pairs import plot_pair_attention
-
-        probs = torch.softmax(logits.detach().float(), dim=-1)[:, 1].cpu()
-        figures = {}
-        for b in range(min(max_figures, len(batch["input_ids"]))):
-            length = int(batch["mask"][b].sum())
-            tokens = self.ensure_tokenizer().ids_to_tokens(batch["input_ids"][b, :length].tolist())
-            label = int(batch["labels"][b]) if "labels" in batch else None
-            title = f"p(similar)={float(probs[b]):.2f}" + (
-                f", label={LABEL_NAMES[label]}" if label is not None else ""
-            )
-            maps = [layer[b, :, :length, :length] for layer in attention]
-            figures[f"attention/pair{b}"] = plot_pair_attention(tokens, maps, title)
-        return figures

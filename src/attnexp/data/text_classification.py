@@ -4,18 +4,16 @@ A dataset names its folder, labels and probe texts and says where its splits com
 attributes and the `load_*` methods below); the base does the rest: a stratified validation split
 drawn from `data.seed`, a word-level tokenizer trained on the training split (saved in the run dir,
 so evaluate/predict read text as training did), the token-id cache under
-`<cache_dir>/<data_subdir>/`, length-bucketed resumable training batches, predict's raw-text
-encoding and notes, and the attention figures of the probe texts.
+`<cache_dir>/<data_subdir>/`, length-bucketed resumable training batches and the encoding of raw
+texts (predict's, the probe texts'; `attnexp.predictors.tokens` reads and draws predictions).
 
 A split is `{"text": [str, ...], "label": [int, ...]}`; labels are indices into `labels`.
 """
 
 import logging
-import sys
 from pathlib import Path
 
 import torch
-from matplotlib.figure import Figure
 from torch.utils.data import DataLoader
 
 from attnexp.data.base import AttnDataModule, data_hash, fingerprint
@@ -31,7 +29,6 @@ from attnexp.data.text import (
     HTML_BREAK,
     PAD_ID,
     TRUNCATIONS,
-    UNK_ID,
     cache_folder,
     check_word_ids,
     encode_texts,
@@ -43,7 +40,6 @@ from attnexp.data.text import (
     tokenizer_hash,
     train_word_tokenizer,
     trained_tokenizer,
-    truncate,
     word_pre_tokenizer,
 )
 from attnexp.errors import (
@@ -94,7 +90,6 @@ class TextClassificationDataModule(AttnDataModule):
     """
 
     input_kind = "tokens"
-    raw_fields = ("text",)
     dataset_name: str = ""
     labels: tuple[str, ...] = ()
     probes: tuple[tuple[str, int], ...] = ()
@@ -391,109 +386,16 @@ class TextClassificationDataModule(AttnDataModule):
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", shuffle=False)
 
-    # --- raw text in, explained prediction out (predict, probes) --------------------------------
-    def tokens(self, ids: list[int]) -> list[str]:
-        return [self.tokenizer.id_to_token(i) for i in ids]
-
-    def check_raw(self, example: dict[str, str]) -> str | None:
-        text = example.get("text")
-        if text is None or not text.strip():
-            return "empty text: nothing to classify"
-        if not self.tokenizer.encode(text, add_special_tokens=False).ids:
-            return "no tokens left after normalisation: nothing to classify"
-        return None
-
-    def raw_notes(self, example: dict[str, str]) -> list[str]:
-        (ids,) = encode_texts(self.tokenizer, [example["text"]], sys.maxsize)  # as the model reads
-        notes = []
-        if len(ids) > self.max_seq_len:
-            which = "first" if self.truncation == "head" else "first and last"
-            notes.append(
-                f"long text: only the {which} {self.max_seq_len} of {len(ids)} tokens are read "
-                f"(data.max_seq_len, data.truncation={self.truncation})"
-            )
-        ids = truncate(ids, self.max_seq_len, self.truncation)
-        unknown = sum(i == UNK_ID for i in ids)
-        if unknown == len(ids):
-            notes.append(
-                "every word is unknown to the vocabulary: the prediction reflects no word of the text"
-            )
-        elif unknown:
-            notes.append(f"{unknown} unknown word(s) read as [UNK]")
-        return notes
-
-    def encode_raw(self, examples: list[dict[str, str]]) -> dict[str, torch.Tensor]:
-        ids = encode_texts(
-            self.tokenizer, [e["text"] for e in examples], self.max_seq_len, self.truncation
-        )
+    # --- raw text in (predict's examples, the probes) -------------------------------------------
+    def encode(self, texts: list[str]) -> dict[str, torch.Tensor]:
+        """Raw texts -> a model batch (no labels), exactly as in training."""
+        ids = encode_texts(self.tokenizer, texts, self.max_seq_len, self.truncation)
         input_ids, mask = pad_sequences(ids, PAD_ID)
         return {"input_ids": input_ids, "mask": mask}
-
-    def prediction_label(self, class_index: int) -> str:
-        return self.labels[class_index]
 
     def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor] | None:
         if self.tokenizer is None or not self.probes:
             return None
         probes = self.probes[:num_examples]
-        batch = self.encode_raw([{"text": text} for text, _ in probes])
+        batch = self.encode([text for text, _ in probes])
         return {**batch, "labels": torch.tensor([label for _, label in probes])}
-
-    def _token_rows(
-        self, batch: dict, attention
-    ) -> tuple[list[list[str]], dict[str, torch.Tensor]]:
-        from attnexp.viz.text import token_weights
-
-        mask = batch["mask"].cpu()
-        rows = [
-            self.tokens(ids[m].tolist())
-            for ids, m in zip(batch["input_ids"].cpu(), mask, strict=True)
-        ]
-        return rows, token_weights(attention, mask)
-
-    def attention_figure(
-        self, batch: dict, logits: torch.Tensor, attention
-    ) -> dict[str, Figure] | None:
-        from attnexp.viz.text import token_heatmap
-
-        if attention is None:
-            return None
-        rows, weights = self._token_rows(batch, attention)
-        probs = logits.softmax(-1).cpu()
-        names = self.labels
-        labels = [
-            f"y={names[int(y)][:3]} p={names[int(p)][:3]} {float(pr.max()):.2f}"
-            for y, p, pr in zip(batch["labels"].cpu(), probs.argmax(-1), probs, strict=True)
-        ]
-        return {
-            f"attention/{tag}": token_heatmap(rows, w, labels, title=tag)
-            for tag, w in weights.items()
-        }
-
-    def prediction_attention(
-        self, batch: dict, attention
-    ) -> list[tuple[list[str], dict[str, torch.Tensor]]]:
-        if attention is None:
-            return []
-        rows, weights = self._token_rows(batch, attention)
-        return [
-            (tokens, {view: w[i, : len(tokens)] for view, w in weights.items()})
-            for i, tokens in enumerate(rows)
-        ]
-
-    def prediction_figures(
-        self, batch: dict, probs: torch.Tensor, attention, views: list, out_stems: list[Path]
-    ) -> list[Path]:
-        """Per example: a token heatmap PNG and a self-contained HTML, `<stem>.png` / `<stem>.html`."""
-        from attnexp.viz.text import example_heatmap, save_prediction
-
-        if attention is None:
-            return []
-        written = []
-        for i, ((tokens, per_view), stem) in enumerate(zip(views, out_stems, strict=True)):
-            if stem is None:
-                continue
-            title = f"{self.labels[int(probs[i].argmax())]} ({float(probs[i].max()):.3f})"
-            figure = example_heatmap(tokens, per_view, title)
-            written += save_prediction(figure, tokens, per_view, title, stem)
-        return written
