@@ -414,7 +414,7 @@ def test_probe_figures_per_head(tmp_path):
 
 
 def test_loader_batch_order_is_pinned(tmp_path):
-    """Epoch 0 of the IMDB runs recorded in docs/RESULTS.md had this batch order: keep it."""
+    """A seed's batches are part of its results: this order must not change unnoticed."""
     write_imdb(tmp_path / "data", num_train=42, num_test=12)
     # 6 of each label's 21 reviews held out (what 0.3 gave before the labels' shares had to add
     # up to the total: 0.3 now holds out 13)
