@@ -40,7 +40,9 @@ def test_shapes_attention_and_padding_invariance(options):
     changed = ids.clone()
     changed[1, 5:] = 17  # other content at the padded positions
     assert torch.allclose(model(changed, segments, mask).logits, logits, atol=1e-5)
-    assert torch.allclose(model(ids, segments, mask).logits, logits, atol=1e-5)  # with and without weights
+    assert torch.allclose(
+        model(ids, segments, mask).logits, logits, atol=1e-5
+    )  # with and without weights
 
 
 def test_exact_match_feature():
@@ -67,7 +69,9 @@ def test_matcher_passes_unk_id_to_the_match_feature():
     other_unk = TransformerMatcher(**SMALL, match_embedding=True, unk_id=29).eval()
     other_unk.load_state_dict(model.state_dict())
     ids, segments, mask = pair_batch()
-    assert torch.equal(model(ids, segments, mask).logits, other_unk(ids, segments, mask).logits)  # no [UNK]
+    assert torch.equal(
+        model(ids, segments, mask).logits, other_unk(ids, segments, mask).logits
+    )  # no [UNK]
     ids[0, 1], ids[0, 4] = 1, 1  # an [UNK] in each sentence of pair 0
     assert not torch.equal(
         model(ids, segments, mask).logits[0], other_unk(ids, segments, mask).logits[0]
@@ -89,12 +93,16 @@ def test_the_cls_state_reaches_the_classifier_through_final_norm_and_pooler():
     with torch.no_grad():
         model.final_norm.weight.zero_()
         model.final_norm.bias.zero_()
-        logits = model(ids, segments, mask).logits  # a zeroed final norm lets nothing of a pair through
+        logits = model(
+            ids, segments, mask
+        ).logits  # a zeroed final norm lets nothing of a pair through
         assert torch.allclose(logits[0], logits[1])
         model = TransformerMatcher(**SMALL).eval()
         model.pooler[0].weight.zero_()
         model.pooler[0].bias.zero_()  # tanh(0) = 0: only the classifier's bias is left
-        assert torch.allclose(model(ids, segments, mask).logits, model.classifier.bias.expand(2, -1))
+        assert torch.allclose(
+            model(ids, segments, mask).logits, model.classifier.bias.expand(2, -1)
+        )
 
 
 def test_custom_and_torch_have_the_same_parameter_count():
