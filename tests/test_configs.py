@@ -257,8 +257,9 @@ def test_every_model_ignores_padded_content(tiny_root, model):
     torch.manual_seed(0)
     net = task.model.eval()
     with torch.no_grad():
-        logits, attention = net(**with_padding_filled(inputs, 0), return_attention=True)
-        assert torch.allclose(net(**with_padding_filled(inputs, 1)), logits, atol=1e-5)
+        output = net(**with_padding_filled(inputs, 0), return_attention=True)
+        logits, attention = output.logits, output.attention
+        assert torch.allclose(net(**with_padding_filled(inputs, 1)).logits, logits, atol=1e-5)
     if torch.is_tensor(attention) and attention.shape == inputs["mask"].shape:
         assert (attention[~inputs["mask"]] == 0).all()
 

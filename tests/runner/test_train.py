@@ -458,7 +458,7 @@ def test_a_resume_must_build_the_config_the_run_was_made_with(compose_cfg, tmp_p
         ConfigError, match=r"\(model.attention: the run's <absent>, today's context;"
     ):
         check_same_config(cfg, run_dir, str(run_dir))
-    # as a run made before model.pooled_norm and data.epoch_order existed wrote it
+    # as a run made before model.pooled_norm existed wrote it
     del saved["model"]["pooled_norm"]
     saved["data"].update(label_rule="smallest", shift=3, old_key=[1, 2], other=None, more=True)
     (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(saved))
@@ -498,17 +498,13 @@ def _saved_without(cfg, run_dir, key: str) -> None:
 
 
 def test_a_key_the_run_lacks_at_its_signature_default_is_not_the_run_it_was(compose_cfg, tmp_path):
-    """A key listed after a run was made, at the default of the argument it sets, need not give
-    what the run was built with: data.epoch_order came with the default `reshuffle`
-    (LCQMCDataModule's too), while the LCQMC runs made before it trained on epoch 0's batches
-    every epoch (`repeat`, 0185c39). Such a run resumed with reshuffled batches."""
+    """A key a run's saved config lacks, at the default of the argument it sets, need not give
+    what the run was built with (the code behind the default may have changed): refused."""
     cfg = compose_cfg("model=transformer")
-    assert cfg.data.epoch_order == "reshuffle"
+    assert cfg.data.min_frequency == 1
     run_dir = tmp_path / "run"
-    _saved_without(cfg, run_dir, "data.epoch_order")
-    with pytest.raises(
-        ConfigError, match=r"\(data.epoch_order: the run's <absent>, today's reshuffle\)"
-    ):
+    _saved_without(cfg, run_dir, "data.min_frequency")
+    with pytest.raises(ConfigError, match=r"\(data.min_frequency: the run's <absent>, today's 1\)"):
         check_same_config(cfg, run_dir, str(run_dir))
 
 
@@ -528,7 +524,7 @@ def test_a_run_made_with_other_config_files_is_not_resumed(finished_run, tmp_pat
     _, run_dir, _ = finished_run
     run = shutil.copytree(run_dir, tmp_path / "outputs" / "runs" / "old")
     config = run / ".hydra" / "config.yaml"
-    older = config.read_text().replace("  pooled_norm: null\n", "")
+    older = config.read_text().replace("  pooled_norm: true\n", "")
     config.write_text(older.replace("  lr: 0.001\n", "  lr: 0.01\n"))
     before = snapshot(run)
     for resume, which in ((run, ""), ("auto", f" (the run it found, {run})")):
@@ -538,7 +534,7 @@ def test_a_run_made_with_other_config_files_is_not_resumed(finished_run, tmp_pat
         assert (
             f"error: resume={resume}{which}: the run was made with other config files than "
             f"today's (an older or newer attnexp, or an edited conf/): with its overrides they "
-            f"now give another config (model.pooled_norm: the run's <absent>, today's null; "
+            f"now give another config (model.pooled_norm: the run's <absent>, today's true; "
             f"optimizer.lr: the run's 0.01, today's 0.001). A resumed run must continue the run "
             f"it was, so it is not resumed: to test it again, python -m attnexp.evaluate "
             f"ckpt_path={run} "

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from matplotlib.figure import Figure
 from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSamplerWrapper
 from torch.nn.modules.batchnorm import _BatchNorm  # BatchNorm1d/2d/3d and SyncBatchNorm
 from torch.utils.data import DataLoader
@@ -276,10 +275,3 @@ class BagMNISTDataModule(AttnDataModule):
         min_size = self.min_bag_size if self.variable else self.bag_size
         pool, bags = self._fixed_bags("val", min_size, self.bag_size, 7, num_examples)
         return self.on_after_batch_transfer(pool[next(iter(bags))], 0)
-
-    def attention_figure(self, batch: dict, logits: torch.Tensor, attention) -> Figure:
-        from attnexp.viz.bags import plot_bag_attention
-
-        return plot_bag_attention(
-            batch["items"][:, :, 0], batch["mask"], attention, batch["labels"], logits.argmax(-1)
-        )
