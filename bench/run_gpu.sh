@@ -41,7 +41,9 @@ environment() {
     done
     if [ ${#missing[@]} -gt 0 ]; then
         say "installing into /tmp/site: ${missing[*]}"
-        $PY -m pip install -q --no-index --no-deps --target /tmp/site "${missing[@]}"
+        # a wheel is a zip of what an install puts in site-packages: unpacked where pip is missing
+        $PY -m pip install -q --no-index --no-deps --target /tmp/site "${missing[@]}" ||
+            $PY -c "import sys, zipfile; [zipfile.ZipFile(w).extractall('/tmp/site') for w in sys.argv[1:]]" "${missing[@]}"
     fi
     export PYTHONPATH=/tmp/site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}
     $PY -c "import attnexp.conf, hydra, pytorch_lightning, torch; print('attnexp from', \

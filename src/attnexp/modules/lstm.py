@@ -21,8 +21,8 @@ class LSTMEncoder(nn.Module):
     - "reversed" (padded): padding sits after each review, so the forward direction runs on the
       padded batch as is, and the backward direction on each review reversed within its own
       length, then reversed back. No host sync; on CUDA each direction is a unidirectional,
-      unpacked cuDNN call, the input cuDNN's persistent small-hidden kernels take (packed input
-      never does). On CPU this is 10-20x faster than packing (torch 2.13, a 128 x 200 batch,
+      unpacked cuDNN call: the only input for which cuDNN may pick its persistent small-hidden
+      kernels (never for packed input). On CPU this is 10-20x faster than packing (torch 2.13, a 128 x 200 batch,
       one core: 6.2 s vs 0.57 s per forward + backward, bench/bench_lstm_impl.py), because the
       unpacked LSTM runs on oneDNN.
     - "auto" (default): the fastest measured on the device (`AUTO_IMPL`); "reversed" on both.
