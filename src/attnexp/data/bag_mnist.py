@@ -204,9 +204,10 @@ class BagMNISTDataModule(AttnDataModule):
         """Where the bags are drawn and gathered (see `on_device`): the CPU, or the device the
         trainer trains on."""
         cpu = torch.device("cpu")
-        if self.on_device is False or self.trainer is None:
+        strategy = getattr(self.trainer, "strategy", None)  # none: no trainer (or a stand-in)
+        if self.on_device is False or strategy is None:
             return cpu
-        device = self.trainer.strategy.root_device
+        device = strategy.root_device
         if self.on_device == "auto" and (device.type != "cuda" or self.num_workers > 0):
             return cpu
         return device
