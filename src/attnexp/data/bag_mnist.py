@@ -275,6 +275,14 @@ class BagMNISTDataModule(AttnDataModule):
 
     def train_dataloader(self) -> DataLoader:
         device = self.data_device()
+        if device.type != "cpu" and self.on_device == "auto":
+            note = (
+                f"data.on_device=auto: training bags drawn on {device.type} by its generator "
+                f"(other bags than the CPU's for the same seed; data.on_device=false draws them "
+                f"on the CPU)"
+            )
+            if note not in self.notes:
+                self.note(note)
         images, labels = self._split_on("train", device)
         num_bags = self.num_train_bags if self.num_train_bags is not None else len(images)
         if num_bags < self.batch_size:
