@@ -9,8 +9,10 @@ state dict keeps its keys and checkpoints load into an eager network and back. A
 shape (another padded length) compiles once more, so runs with few distinct shapes gain most.
 """
 
+import copy
+
 import pytorch_lightning as pl
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, open_dict
 
 from attnexp.errors import ConfigError
 
@@ -33,9 +35,12 @@ def lightning_settings(trainer_cfg: DictConfig) -> DictConfig:
     """The trainer settings Lightning's Trainer takes: trainer.* less `compile`."""
     if SETTING not in trainer_cfg:
         return trainer_cfg
-    settings = OmegaConf.to_container(trainer_cfg, resolve=True)
-    del settings[SETTING]
-    return OmegaConf.create(settings)
+    # A deep copy keeps its parent, so interpolations (${paths.output_dir}) resolve as before,
+    # when Lightning's Trainer is built.
+    settings = copy.deepcopy(trainer_cfg)
+    with open_dict(settings):
+        del settings[SETTING]
+    return settings
 
 
 def compile_callbacks(trainer_cfg: DictConfig) -> list[pl.Callback]:
