@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: help setup quickstart test test-fast test-all test-min lint format sweep report tensorboard bench clean
+.PHONY: help setup quickstart test test-fast test-all test-min lint format sweep report tensorboard bench bench-gpu clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -71,6 +71,9 @@ bench: setup  ## throughput benchmarks (runner vs plain PyTorch loop)
 	$(BIN)/python bench/bench_bag_mnist.py
 	$(BIN)/python bench/bench_lcqmc.py $(if $(wildcard data/lcqmc/dev.tsv),--data-dir data)
 	$(BIN)/python bench/bench_imdb.py $(if $(wildcard data/imdb/train.parquet),--data-dir data)
+
+bench-gpu: setup  ## the GPU speed table, today's setup beside the new one (needs CUDA; OUT=outputs/gpu)
+	PYTHON=$(BIN)/python bash bench/run_gpu.sh
 
 clean:  ## remove caches (never outputs/)
 	rm -rf .ruff_cache .pytest_cache build dist src/*.egg-info

@@ -73,6 +73,7 @@ from attnexp.runs.dirs import (
 )
 from attnexp.runs.record import RunRecord, writer_alive
 from attnexp.tasks.callbacks import EpochHistory, FiniteLosses, moved_state
+from attnexp.tasks.compile import lightning_settings
 
 
 def read(path: Path) -> dict:
@@ -1588,8 +1589,9 @@ def test_training_length_keys_need_no_plus(compose_cfg, tmp_path):
     """Lightning users stop a run by epochs or by steps: both keys are in every trainer config."""
     for trainer in ("default", "cpu"):
         cfg = compose_cfg(f"trainer={trainer}", "trainer.max_epochs=2", "trainer.max_steps=7")
+        settings = lightning_settings(cfg.trainer)  # as the runner builds it: less `compile`
         built = instantiate(
-            cfg.trainer, default_root_dir=str(tmp_path), logger=False, enable_checkpointing=False
+            settings, default_root_dir=str(tmp_path), logger=False, enable_checkpointing=False
         )
         assert (built.max_epochs, built.max_steps) == (2, 7)
 

@@ -20,6 +20,7 @@ from attnexp.tasks.callbacks import (
     FiniteLosses,
     MovedRunCheckpoints,
 )
+from attnexp.tasks.compile import compile_callbacks, lightning_settings
 from attnexp.tasks.loggers import RESUMABLE, start_logs
 
 TRAINER_REFUSALS = (TypeError, ValueError, MisconfigurationException)  # how Lightning says no
@@ -33,16 +34,20 @@ def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Tra
         and cfg.trainer.val_check_interval == 1
         and cfg.trainer.get("limit_val_batches") != 0
     )
-    callbacks = [
-        make_callback(name, c, validates_every_batch=every_batch)
-        for name, c in cfg.callbacks.items()
-        if c is not None
-    ] + [
-        EpochHistory(record),
-        FiniteLosses(),  # a loss that turned NaN ends the run, not its test of NaN weights
-        EndSpawnedProcessGroup(),  # ddp_spawn: ends the ranks' process group at each stage's end
-        MovedRunCheckpoints(),  # resume= of a run dir that was moved or copied
-    ]
+    callbacks = (
+        [
+            make_callback(name, c, validates_every_batch=every_batch)
+            for name, c in cfg.callbacks.items()
+            if c is not None
+        ]
+        + [
+            EpochHistory(record),
+            FiniteLosses(),  # a loss that turned NaN ends the run, not its test of NaN weights
+            EndSpawnedProcessGroup(),  # ddp_spawn: ends the ranks' process group at each stage's end
+            MovedRunCheckpoints(),  # resume= of a run dir that was moved or copied
+        ]
+        + compile_callbacks(cfg.trainer)
+    )
     loggers = [
         instantiate(c, **purge_setting(c, resume_step))
         for c in (cfg.get("logger") or {}).values()
@@ -57,7 +62,8 @@ def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Tra
         else {"enable_checkpointing": False}
     )
     try:
-        return instantiate(cfg.trainer, callbacks=callbacks, logger=loggers, **checkpointing)
+        settings = lightning_settings(cfg.trainer)
+        return instantiate(settings, callbacks=callbacks, logger=loggers, **checkpointing)
     except InstantiationException as err:
         if not isinstance(err.__cause__, TRAINER_REFUSALS):
             raise

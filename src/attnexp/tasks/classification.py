@@ -15,7 +15,7 @@ from torchmetrics import MetricCollection
 from attnexp.errors import ConfigError
 from attnexp.models.output import ModelOutput
 from attnexp.tasks.metrics import ClassificationStats
-from attnexp.tasks.optim import param_groups
+from attnexp.tasks.optim import fused_setting, param_groups
 
 
 def split_batch(batch: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -162,7 +162,9 @@ class ClassificationTask(pl.LightningModule):
         tried on before fit (train.check_resume_fits)."""
         groups = param_groups(self.model, self.weight_decay)
         try:
-            optimizer = self.optimizer_factory(groups)
+            optimizer = self.optimizer_factory(
+                groups, **fused_setting(self.optimizer_factory, groups)
+            )
         except (TypeError, ValueError) as err:  # torch's checks of its own arguments
             target = getattr(self.optimizer_factory, "func", self.optimizer_factory)
             raise ConfigError(
