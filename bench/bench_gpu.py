@@ -248,7 +248,7 @@ def plain(work: Workload, setup: dict, args, profile: bool = False) -> dict:
     def step() -> int:
         batch = work.prepare(next(steps), args.device)
         inputs, labels = split_batch(batch)
-        loss = F.cross_entropy(model(**inputs), labels)
+        loss = F.cross_entropy(model(**inputs).logits, labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -274,7 +274,7 @@ def floor(work: Workload, setup: dict, args, profile: bool = False) -> dict:
     inputs, labels = split_batch(static)
 
     def eager() -> None:
-        loss = F.cross_entropy(model(**inputs), labels)
+        loss = F.cross_entropy(model(**inputs).logits, labels)
         optimizer.zero_grad(set_to_none=False)
         loss.backward()
         optimizer.step()

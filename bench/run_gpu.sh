@@ -10,6 +10,7 @@
 #        time; syncs per step), then the other gpu-marked tests in the time left.
 #        Writes OUT/gpu_speed.md (the table), OUT/gpu_speed.json, OUT/tests_fast_path.log,
 #        OUT/tests_gpu.log, OUT/bench_gpu.log.
+# tests: every gpu-marked test (OUT/tests_all_gpu.log).
 # bench: the IMDB, bag-MNIST and LCQMC runner-vs-plain benches in float32 and bf16-mixed, and
 #        the MHSA weights bench (their JSON into OUT).
 # imdb:  the chapter table's four rows (seed 0) with trainer=gpu, then the tuned recipe.
@@ -78,6 +79,12 @@ part_speed() {
         --deselect tests/test_configs.py::test_every_model_trains_on_cuda_without_host_sync \
         tests/test_configs.py tests/tasks tests/test_bench.py \
         2>&1 | tee "$OUT/tests_gpu.log" | tail -3
+}
+
+part_tests() {
+    say "every gpu-marked test"
+    timeout "${TESTS_S:-240}" $PY -m pytest -q -m gpu -p no:cacheprovider 2>&1 |
+        tee "$OUT/tests_all_gpu.log" | tail -5
 }
 
 part_bench() {

@@ -361,7 +361,7 @@ def train_steps(task, optimizer, batches: list[dict]) -> None:
     """Training steps as ClassificationTask takes them (forward, loss, stats update), then
     backward and the optimizer's step."""
     for batch in batches:
-        loss = task._shared_step(batch, task.train_stats)
+        loss = task._shared_step(batch, "train")
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -399,7 +399,7 @@ def test_every_model_steps_without_reading_tensors_back(tiny_root, model, monkey
         for name in READ_BACKS:
             patched.setattr(torch.Tensor, name, refuse(name))
         for batch in batches:
-            task._shared_step(batch, task.train_stats).backward()
+            task._shared_step(batch, "train").backward()
 
 
 @pytest.mark.parametrize("model", [pytest.param(m, marks=ON_GPU) for m in MODELS])
@@ -419,4 +419,5 @@ def test_every_model_trains_on_cuda_without_host_sync(tiny_root, model):
         train_steps(task, optimizer, batches[1:])
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    assert int(task.train_stats.update_count) == 3
+    (stats,) = task.train_metrics.values()
+    assert int(stats.update_count) == 3

@@ -10,6 +10,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from attnexp.errors import ConfigError
+from attnexp.models.output import ModelOutput
 from attnexp.tasks import ClassificationTask
 from attnexp.tasks.compile import CompileNetwork, compile_callbacks, lightning_settings
 from attnexp.tasks.optim import fused_setting
@@ -22,8 +23,8 @@ class MLP(nn.Module):
         super().__init__()
         self.net = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
+    def forward(self, x: torch.Tensor) -> ModelOutput:
+        return ModelOutput(self.net(x))
 
 
 class LossHistory(pl.Callback):
