@@ -18,7 +18,7 @@ LAYERS = (
     {"modules"},
     {"models"},
     {"viz"},
-    {"data", "tasks"},
+    {"data", "tasks", "predictors"},
     {"runs"},
     {"runner"},
     {"cli"},
