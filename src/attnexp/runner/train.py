@@ -15,6 +15,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.accelerators import CPUAccelerator
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import MisconfigurationException, SIGTERMException
@@ -24,6 +25,7 @@ from attnexp.errors import ConfigError, message_lines, spawned_refusal
 from attnexp.files import TORCH_LOAD_ERRORS, checkpoint_value
 from attnexp.runner.build import build, check_data_dir, resolved_data_dir
 from attnexp.runner.config import register_resolvers
+from attnexp.runner.threads import set_threads
 from attnexp.runner.trainer import check_settings, device_name, make_trainer, monitor_refusal
 from attnexp.runs.dirs import (
     LAST_CKPT,
@@ -32,6 +34,7 @@ from attnexp.runs.dirs import (
     is_other_rank,
     override_arg,
 )
+from attnexp.runs.lock import owning
 from attnexp.runs.record import WORKER_KEYS, RunRecord
 from attnexp.runs.sweeps import check_strategy
 from attnexp.tasks import ClassificationTask
@@ -87,7 +90,10 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     check_data_dir(cfg.paths.data_dir, overrides)
     # Built first: a trainer.* setting Lightning refuses is said before any data is loaded.
     trainer = make_trainer(cfg, record, resume_step)
-    record.update(device=device_name(trainer))
+    on_cpu = isinstance(trainer.accelerator, CPUAccelerator)
+    record.update(
+        device=device_name(trainer), torch_threads=set_threads(cfg.trainer.threads, on_cpu)
+    )
     datamodule, task = build(cfg, choices, overrides=overrides)
     if resume_ckpt is not None:
         check_resume_data(record.earlier_data, datamodule, cfg.paths.data_dir, cfg.resume)
@@ -109,7 +115,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     if resume_ckpt is not None:
         log.info("resuming from %s (global step %d)", resume_ckpt, resume_step)
     try:
-        trainer.fit(task, datamodule=datamodule, ckpt_path=resume_ckpt)
+        trainer.fit(task, datamodule=datamodule, ckpt_path=resume_ckpt, weights_only=True)
     except (MisconfigurationException, RuntimeError) as err:
         refusal = monitor_refusal(err, cfg.callbacks)
         if refusal is None:
@@ -132,7 +138,9 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     if cfg.get("test", True):
         # Lightning's table has a column per test set: for the bags' 14, the summary says more
         verbose = not datamodule.test_set_names
-        trainer.test(task, datamodule=datamodule, ckpt_path=best or None, verbose=verbose)
+        trainer.test(
+            task, datamodule=datamodule, ckpt_path=best or None, verbose=verbose, weights_only=True
+        )
         metrics.update(scalar_metrics(trainer.callback_metrics))
         record.reload(*WORKER_KEYS)  # ddp_spawn: the notes the test's rank-0 worker recorded
 
@@ -193,7 +201,7 @@ def check_resume_fits(task: ClassificationTask, run_dir: Path, resume: str) -> N
     are tried here first, the weights on the task (fit restores them again) and the optimizer
     state on a throwaway optimizer, so that is said before anything is trained."""
     ckpt = run_dir / LAST_CKPT
-    state = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True)
+    state = torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)
     said = f"resume={resume}: the run's last checkpoint, {ckpt}, does not fit the"
     whole = "A resumed run goes on from the checkpoint's whole training state: it is not resumed"
     try:
@@ -249,7 +257,7 @@ def best_score(checkpoint: ModelCheckpoint, best_path: str) -> float:
     best path, so then the score comes from the checkpoint's own callback state."""
     if checkpoint.best_model_score is not None:
         return float(checkpoint.best_model_score)
-    state = torch.load(best_path, map_location="cpu", weights_only=False)
+    state = torch.load(best_path, map_location="cpu", weights_only=True)
     for key, value in state.get("callbacks", {}).items():
         if key.startswith("ModelCheckpoint") and value.get("best_model_score") is not None:
             return float(value["best_model_score"])
@@ -301,6 +309,13 @@ def run(cfg: DictConfig) -> dict[str, float]:
             f"hydra.sweep.subdir, or leave hydra.sweep.subdir out); to continue that run, resume "
             f"it on its own: python -m attnexp <its overrides> {override_arg('resume', run_dir)}"
         )
+    if is_other_rank():  # a re-launched DDP rank works under its rank 0's lock
+        return record_and_run(cfg, run_dir, hydra_cfg)
+    with owning(run_dir, "train"):
+        return record_and_run(cfg, run_dir, hydra_cfg)
+
+
+def record_and_run(cfg: DictConfig, run_dir: Path, hydra_cfg) -> dict[str, float]:
     record = RunRecord(
         run_dir,
         seed=cfg.get("seed"),

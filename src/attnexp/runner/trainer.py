@@ -8,13 +8,14 @@ import pytorch_lightning as pl
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import get_object, instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from attnexp.errors import ConfigError, require_seed
 from attnexp.runner.build import instantiate_checked
 from attnexp.runner.load import SEED_KEYS
+from attnexp.runner.threads import check_threads
 from attnexp.runs.record import RunRecord
 from attnexp.tasks.callbacks import (
     EndSpawnedProcessGroup,
@@ -59,12 +60,27 @@ def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Tra
         else {"enable_checkpointing": False}
     )
     try:
-        return instantiate(cfg.trainer, callbacks=callbacks, logger=loggers, **checkpointing)
+        return instantiate(
+            lightning_settings(cfg.trainer), callbacks=callbacks, logger=loggers, **checkpointing
+        )
     except InstantiationException as err:
         if not isinstance(err.__cause__, TRAINER_REFUSALS):
             raise
-        settings = {key: value for key, value in cfg.trainer.items() if key != "_target_"}
+        settings = {k: v for k, v in lightning_settings(cfg.trainer).items() if k != "_target_"}
         raise refused_settings(err.__cause__, settings, "train") from err.__cause__
+
+
+# trainer.* keys of attnexp's own, not Lightning's: taken out before the Trainer is built.
+OWN_TRAINER_KEYS = ("threads",)
+
+
+def lightning_settings(trainer_cfg: DictConfig) -> DictConfig:
+    """trainer.* without OWN_TRAINER_KEYS: what `pl.Trainer` takes."""
+    settings = trainer_cfg.copy()
+    with open_dict(settings):
+        for key in OWN_TRAINER_KEYS:
+            settings.pop(key, None)
+    return settings
 
 
 # The setting with which a callback acts at training epoch ends instead of at validations.
@@ -217,6 +233,7 @@ def check_settings(cfg: DictConfig) -> None:
             f"trainer.sync_batchnorm=false)"
         )
     check_val_interval(cfg.trainer)
+    check_threads(cfg.trainer.get("threads", "auto"))
     check_early_stopping(cfg)
 
 
