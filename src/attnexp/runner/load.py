@@ -26,12 +26,11 @@ from omegaconf import DictConfig, OmegaConf
 from attnexp.errors import ConfigError, message_lines, require_seed
 from attnexp.files import TORCH_LOAD_ERRORS
 from attnexp.runner.config import package_configs
+from attnexp.runner.settings import SEED_KEYS
 from attnexp.runs.dirs import LAST_CKPT, METRICS_FILE, RUN_CONFIG, override_key, run_holding
 
 if TYPE_CHECKING:
     import torch
-
-SEED_KEYS = ("seed", "data.seed", "data.split_seed")  # the run's data and weights follow them
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +49,13 @@ def given_ckpt_path(cfg: DictConfig) -> str:
             f"give ckpt_path=<a run dir or a .ckpt file>"
         )
     return str(cfg.ckpt_path)
+
+
+def check_ckpt_exists(cfg: DictConfig) -> None:
+    """ckpt_path names something that is there: said by the command line, before torch loads."""
+    path = Path(given_ckpt_path(cfg)).expanduser()
+    if not path.exists():
+        raise ConfigError(f"ckpt_path={path} does not exist (give a .ckpt file or a run dir)")
 
 
 def not_a_setting(command: str, override: str) -> ConfigError:
