@@ -387,19 +387,20 @@ def test_resume_auto_then_a_run_dir(finished_run):
     tmp, run_dir, _ = finished_run
     hydra_before = {p.name: p.read_text() for p in (run_dir / ".hydra").glob("*.yaml")}
     first = read(run_dir / "metrics.json")
-    result = run_cli(tmp, *TINY, "resume=auto")  # the newest run with these overrides
+    # resume=auto never reopens a completed run: it says so and starts a new one
+    result = run_cli(tmp, *TINY, "resume=auto")
     assert result.returncode == 0, result.stderr[-4000:]
-    assert f"resume=auto: the newest run with these overrides, {run_dir}, has completed" in (
+    assert f"the newest run with these overrides, {run_dir}, has completed" in (
         result.stdout + result.stderr
     )
-    assert list((tmp / "outputs" / "runs").iterdir()) == [run_dir]  # no new run dir
-    assert read(run_dir / "metrics.attempt1.json")["started_at"] == first["started_at"]
+    assert len(list((tmp / "outputs" / "runs").iterdir())) == 2
+    assert read(run_dir / "metrics.json") == first and not list(run_dir.glob("metrics.attempt*"))
 
     result = run_cli(tmp, *TINY, f"resume={run_dir}", "trainer.max_epochs=2")  # train on
     assert result.returncode == 0, result.stderr[-4000:]
-    assert list((tmp / "outputs" / "runs").iterdir()) == [run_dir]
+    assert read(run_dir / "metrics.attempt1.json")["started_at"] == first["started_at"]
     record = read(run_dir / "metrics.json")
-    assert record["status"] == "completed" and record["resumed_from_attempt"] == 2
+    assert record["status"] == "completed" and record["resumed_from_attempt"] == 1
     assert [h["epoch"] for h in record["history"]] == [0, 1]
     assert record["history"][1]["step"] == 2 * record["history"][0]["step"]
     # continued, not restarted: a restart validated epoch 0 again (its rows, keyed by epoch, hid it)
@@ -415,7 +416,7 @@ def test_resume_auto_then_a_run_dir(finished_run):
         assert record["history"][1][key] == straight_history[1][key]
     assert record["metrics"]["val/acc"] == record["metrics"]["val/acc_best"]
     assert {p.name: p.read_text() for p in (run_dir / ".hydra").glob("*.yaml")} == hydra_before
-    assert len(list((run_dir / ".hydra").glob("resume_*"))) == 2  # each attempt's own overrides
+    assert len(list((run_dir / ".hydra").glob("resume_*"))) == 1  # each attempt's own overrides
     assert len(list((run_dir / "tb").glob("events.out.tfevents.*"))) > 1  # same dashboard dir
 
 
@@ -537,6 +538,8 @@ def test_a_run_made_with_other_config_files_is_not_resumed(finished_run, tmp_pat
     """resume=<dir> and resume=auto: refused before the run's record is touched."""
     _, run_dir, _ = finished_run
     run = shutil.copytree(run_dir, tmp_path / "outputs" / "runs" / "old")
+    record = read(run / "metrics.json")  # interrupted: resume=auto passes completed runs by
+    (run / "metrics.json").write_text(json.dumps({**record, "status": "failed"}))
     config = run / ".hydra" / "config.yaml"
     older = config.read_text().replace("  pooled_norm: null\n", "")
     config.write_text(older.replace("  lr: 0.001\n", "  lr: 0.01\n"))
