@@ -23,6 +23,7 @@ from attnexp.tasks.callbacks import (
     MovedRunCheckpoints,
 )
 from attnexp.tasks.loggers import RESUMABLE, start_logs
+from attnexp.tasks.progress import progress_callbacks, quiet_lightning_tips
 
 TRAINER_REFUSALS = (TypeError, ValueError, MisconfigurationException)  # how Lightning says no
 
@@ -44,7 +45,9 @@ def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Tra
         FiniteLosses(),  # a loss that turned NaN ends the run, not its test of NaN weights
         EndSpawnedProcessGroup(),  # ddp_spawn: ends the ranks' process group at each stage's end
         MovedRunCheckpoints(),  # resume= of a run dir that was moved or copied
+        *progress_callbacks(cfg.trainer.get("enable_progress_bar", True) is not False),
     ]
+    quiet_lightning_tips()
     loggers = [
         instantiate(c, **purge_setting(c, resume_step))
         for c in (cfg.get("logger") or {}).values()
