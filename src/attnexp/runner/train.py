@@ -52,6 +52,12 @@ def scalar_metrics(metrics: dict) -> dict[str, float]:
     }
 
 
+def last_epoch_metrics(record: RunRecord) -> dict[str, float]:
+    """What the last recorded epoch logged (train/*, lr-*, its validation's val/*)."""
+    history = record.data.get("history") or [{}]
+    return {k: v for k, v in history[-1].items() if k not in ("epoch", "step")}
+
+
 def draw_seed(cfg: DictConfig, record: RunRecord) -> None:
     """seed=null: draw one, and record it, so the run can still be repeated. A resumed run goes on
     with the seed its interrupted attempt drew (its data split and tokenizer depend on it)."""
@@ -122,7 +128,9 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
             raise
         raise refusal from err
     record.reload(*WORKER_KEYS)  # ddp_spawn: the rank-0 worker recorded them
-    metrics = scalar_metrics(trainer.callback_metrics)
+    # A run resumed after its training had ended (killed while testing) trains nothing more and
+    # logs nothing: its last epoch's metrics come from the record, as they were logged.
+    metrics = {**last_epoch_metrics(record), **scalar_metrics(trainer.callback_metrics)}
 
     checkpoint = best_checkpoint_callback(trainer)
     best = checkpoint.best_model_path if checkpoint is not None else ""
