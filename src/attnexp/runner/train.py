@@ -4,9 +4,11 @@ Every run writes, in its own run dir: the composed config (.hydra/), checkpoints
 tb/ (TensorBoard), train.log and metrics.json.
 """
 
+import errno
 import logging
 import os
 import random
+import shutil
 import signal
 from pathlib import Path
 
@@ -323,6 +325,26 @@ def run(cfg: DictConfig) -> dict[str, float]:
         return record_and_run(cfg, run_dir, hydra_cfg)
 
 
+def disk_full(err: BaseException, run_dir: Path) -> ConfigError | None:
+    """A write that found no space left (anywhere in `err`'s chain), said in one paragraph."""
+    while err is not None and not (isinstance(err, OSError) and err.errno == errno.ENOSPC):
+        err = err.__cause__ or err.__context__
+    if err is None:
+        return None
+    usage = shutil.disk_usage(run_dir)
+    then = (
+        f"resume the run: python -m attnexp <its overrides> {override_arg('resume', run_dir)}"
+        if (run_dir / LAST_CKPT).is_file()
+        else "start it again (it saved no checkpoint to resume from)"
+    )
+    return ConfigError(
+        f"no space left on the disk holding {run_dir} ({usage.free / 2**20:.1f} MiB free of "
+        f"{usage.total / 2**20:.0f} MiB) while writing {err.filename or 'a file'}; nothing "
+        f"half-written was kept under a final name. Free space there (or give "
+        f"paths.log_dir=<a folder on another disk>), then {then}"
+    )
+
+
 def record_and_run(cfg: DictConfig, run_dir: Path, hydra_cfg) -> dict[str, float]:
     record = RunRecord(
         run_dir,
@@ -334,7 +356,7 @@ def record_and_run(cfg: DictConfig, run_dir: Path, hydra_cfg) -> dict[str, float
     try:
         metrics = fit_and_test(cfg, run_dir, record)
     except BaseException as err:  # Ctrl-C and crashes alike leave status=failed behind
-        refusal = spawned_refusal(err)
+        refusal = spawned_refusal(err) or disk_full(err, run_dir)
         record.fail(refusal or err)
         if refusal is not None:
             raise refusal from err

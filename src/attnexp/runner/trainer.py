@@ -22,6 +22,7 @@ from attnexp.tasks.callbacks import (
     FiniteLosses,
     MovedRunCheckpoints,
 )
+from attnexp.tasks.checkpoint_io import AtomicCheckpointIO
 from attnexp.tasks.loggers import RESUMABLE, start_logs
 from attnexp.tasks.progress import progress_callbacks, quiet_lightning_tips
 
@@ -63,7 +64,11 @@ def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Tra
     )
     try:
         return instantiate(
-            lightning_settings(cfg.trainer), callbacks=callbacks, logger=loggers, **checkpointing
+            lightning_settings(cfg.trainer),
+            callbacks=callbacks,
+            logger=loggers,
+            plugins=[AtomicCheckpointIO()],
+            **checkpointing,
         )
     except InstantiationException as err:
         if not isinstance(err.__cause__, TRAINER_REFUSALS):
