@@ -76,14 +76,14 @@ def test_evaluate_and_predict_answer_help_and_typos_without_torch(tmp_path, comm
 
 
 @pytest.mark.parametrize("command", ["evaluate", "predict"])
-def test_evaluate_and_predict_import_their_work_once_it_starts(tmp_path, command):
-    """The counterpart: a checkpoint that is not there is found by the work itself."""
+def test_a_checkpoint_that_is_not_there_is_said_before_torch_loads(tmp_path, command):
     result, imported = run_counting_imports(
         ["-m", f"attnexp.{command}", f"ckpt_path={tmp_path}/nowhere", f"paths.log_dir={tmp_path}"],
         tmp_path,
     )
     assert result.returncode == 2 and "nowhere does not exist" in result.stderr
-    assert {"torch", "pytorch_lightning"} <= imported
+    assert not imported & RUN_MODULES
+    assert not (tmp_path / "evals").exists() and not (tmp_path / "predictions").exists()
 
 
 def test_the_console_script_is_the_same_entry(tmp_path):

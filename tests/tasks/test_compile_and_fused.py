@@ -11,8 +11,9 @@ from torch.utils.data import DataLoader
 
 from attnexp.errors import ConfigError
 from attnexp.models.output import ModelOutput
+from attnexp.runner.trainer import lightning_settings
 from attnexp.tasks import ClassificationTask
-from attnexp.tasks.compile import CompileNetwork, compile_callbacks, lightning_settings
+from attnexp.tasks.compile import CompileNetwork, compile_callbacks
 from attnexp.tasks.optim import fused_setting
 
 ON_GPU = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")]

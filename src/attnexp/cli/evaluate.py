@@ -21,6 +21,7 @@ from attnexp.cli.compose import compose_command_cfg
 from attnexp.cli.overrides import quote_equals_values
 from attnexp.errors import ConfigError, exit_with
 from attnexp.runner.config import register_resolvers
+from attnexp.runner.load import check_ckpt_exists
 from attnexp.runs.dirs import natural_key
 from attnexp.runs.record import METRICS_FILE, RunRecord
 
@@ -52,7 +53,7 @@ def check_command_line(argv: list[str]) -> None:
     with Hydra's flags (-m, --cfg, ...) is left to Hydra."""
     if not any(arg.startswith("-") for arg in argv):
         try:
-            compose_command_cfg("evaluate", argv)
+            check_ckpt_exists(compose_command_cfg("evaluate", argv))
         except ConfigError as err:
             exit_with(err)
 

@@ -138,6 +138,24 @@ def unknown_keys(config_name: str, argv: list[str]) -> list[str]:
         return []
 
 
+def first_job_config(config_name: str, argv: list[str]) -> DictConfig | None:
+    """The config of the command line's (first) job, composed as Hydra will; None where that
+    cannot be told here: flags other than -m, a sweep without a first value, a failed compose."""
+    if any(arg.startswith("-") and arg not in ("-m", "--multirun") for arg in argv):
+        return None
+    try:
+        overrides = OverridesParser.create().parse_overrides(
+            [arg for arg in argv if not arg.startswith("-")]
+        )
+        lines = [_one_value(o) for o in overrides]
+        if None in lines:
+            return None
+        with package_configs():
+            return compose(config_name, overrides=lines)
+    except Exception:  # Hydra says what is wrong when it composes the command line itself
+        return None
+
+
 # The keys whose value is a path, which may be a sweep job's dir (`resume=`, evaluate's and
 # predict's `ckpt_path=`, `texts_file=`, `out_dir=`, `paths.*`, Hydra's run and sweep dirs).
 _PATH_KEY = re.compile(

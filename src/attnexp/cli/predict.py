@@ -31,6 +31,7 @@ from attnexp.cli.compose import compose_command_cfg
 from attnexp.cli.overrides import quote_equals_values
 from attnexp.errors import ConfigError
 from attnexp.runner.config import register_resolvers
+from attnexp.runner.load import check_ckpt_exists
 
 register_resolvers()
 
@@ -85,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         raw, overrides = split_args(argv, RAW_KEYS)
         cfg = compose_command_cfg("predict", quote_equals_values(overrides))
+        check_ckpt_exists(cfg)
         from attnexp.runner.predict import predict  # torch and Lightning: not for --help or a typo
 
         results = predict(cfg, raw)

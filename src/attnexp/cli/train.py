@@ -14,9 +14,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from attnexp.cli.overrides import quote_equals_values, unknown_keys
+from attnexp.cli.overrides import first_job_config, quote_equals_values, unknown_keys
 from attnexp.errors import ConfigError, exit_with
 from attnexp.runner.config import register_resolvers
+from attnexp.runner.settings import check_values
 from attnexp.runs.dirs import is_other_rank, natural_key
 from attnexp.runs.sweeps import FAILED_JOBS
 
@@ -74,8 +75,31 @@ def missing_sweeper(args: list[str]) -> list[str]:
     ]
 
 
+def refusals(argv: list[str]) -> list[str]:
+    """What is wrong with the command line, said before Hydra makes a run dir and before torch
+    loads: keys the config lacks (said once, without Hydra's advice to add them with +), and
+    values no run can use (in a sweep, its first job's)."""
+    messages = unknown_keys("train", argv)
+    if messages:
+        return messages
+    cfg = first_job_config("train", argv)
+    try:
+        if cfg is not None:
+            check_values(cfg)
+    except ConfigError as err:
+        return [str(err)]
+    except Exception:  # a value only Hydra's run can resolve: the run's own checks judge it
+        return []
+    return []
+
+
 def cli() -> None:
     sys.argv[1:] = quote_equals_values(sys.argv[1:])  # resume=<a sweep job's dir>, before Hydra
+    messages = refusals(sys.argv[1:])
+    for message in messages:
+        print(f"error: {message}", file=sys.stderr)
+    if messages:
+        raise SystemExit(2)
     try:
         main()
     except SystemExit as end:

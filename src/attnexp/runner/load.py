@@ -20,13 +20,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnexp.errors import ConfigError, message_lines, require_seed
 from attnexp.files import TORCH_LOAD_ERRORS
+from attnexp.runner.settings import SEED_KEYS
 from attnexp.runs.dirs import RUN_CONFIG, override_key, run_holding
 from attnexp.runs.record import LAST_CKPT, METRICS_FILE, read_record
 
 if TYPE_CHECKING:
     import torch
-
-SEED_KEYS = ("seed", "data.seed", "data.split_seed")  # the run's data and weights follow them
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +43,13 @@ def given_ckpt_path(cfg: DictConfig) -> str:
             f"give ckpt_path=<a run dir or a .ckpt file>"
         )
     return str(cfg.ckpt_path)
+
+
+def check_ckpt_exists(cfg: DictConfig) -> None:
+    """ckpt_path names something that is there: said by the command line, before torch loads."""
+    path = Path(given_ckpt_path(cfg)).expanduser()
+    if not path.exists():
+        raise ConfigError(f"ckpt_path={path} does not exist (give a .ckpt file or a run dir)")
 
 
 @contextmanager

@@ -4,9 +4,11 @@ Every run writes, in its own run dir: the composed config (.hydra/), checkpoints
 tb/ (TensorBoard), train.log and metrics.json.
 """
 
+import errno
 import logging
 import os
 import random
+import shutil
 import signal
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.accelerators import CPUAccelerator
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import SIGTERMException
@@ -24,8 +27,10 @@ from attnexp.errors import ConfigError, message_lines, spawned_refusal
 from attnexp.files import TORCH_LOAD_ERRORS, checkpoint_value
 from attnexp.runner.build import build, check_data_dir, resolved_data_dir
 from attnexp.runner.config import register_resolvers
+from attnexp.runner.threads import set_threads
 from attnexp.runner.trainer import check_trainer_settings, device_name, make_trainer, monitors
 from attnexp.runs.dirs import flat_config, holds_run, is_other_rank, override_arg
+from attnexp.runs.lock import owning
 from attnexp.runs.record import LAST_CKPT, WORKER_KEYS, RunRecord
 from attnexp.runs.sweeps import check_strategy
 from attnexp.tasks import ClassificationTask
@@ -41,6 +46,12 @@ def scalar_metrics(metrics: dict) -> dict[str, float]:
     return {
         k: float(v) for k, v in sorted(metrics.items()) if torch.is_tensor(v) and v.numel() == 1
     }
+
+
+def last_epoch_metrics(record: RunRecord) -> dict[str, float]:
+    """What the last recorded epoch logged (train/*, lr-*, its validation's val/*)."""
+    history = record.data.get("history") or [{}]
+    return {k: v for k, v in history[-1].items() if k not in ("epoch", "step")}
 
 
 def draw_seed(cfg: DictConfig, record: RunRecord) -> None:
@@ -81,7 +92,10 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     check_data_dir(cfg.paths.data_dir, overrides)
     # Built first: a trainer.* setting Lightning refuses is said before any data is loaded.
     trainer = make_trainer(cfg, record, resume_step)
-    record.update(device=device_name(trainer))
+    on_cpu = isinstance(trainer.accelerator, CPUAccelerator)
+    record.update(
+        device=device_name(trainer), torch_threads=set_threads(cfg.trainer.threads, on_cpu)
+    )
     datamodule, task = build(cfg, choices, overrides=overrides)
     if resume_ckpt is not None:
         check_resume_data(record.earlier_data, datamodule, cfg.paths.data_dir, cfg.resume)
@@ -103,7 +117,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     if resume_ckpt is not None:
         log.info("resuming from %s (global step %d)", resume_ckpt, resume_step)
     try:
-        trainer.fit(task, datamodule=datamodule, ckpt_path=resume_ckpt)
+        trainer.fit(task, datamodule=datamodule, ckpt_path=resume_ckpt, weights_only=True)
     except ConfigError:  # ours (a loss that turned NaN, say) says what to change
         raise
     except Exception:
@@ -116,7 +130,9 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         )
         raise
     record.reload(*WORKER_KEYS)  # ddp_spawn: the rank-0 worker recorded them
-    metrics = scalar_metrics(trainer.callback_metrics)
+    # A run resumed after its training had ended (killed while testing) trains nothing more and
+    # logs nothing: its last epoch's metrics come from the record, as they were logged.
+    metrics = {**last_epoch_metrics(record), **scalar_metrics(trainer.callback_metrics)}
 
     checkpoint = best_checkpoint_callback(trainer)
     best = checkpoint.best_model_path if checkpoint is not None else ""
@@ -132,7 +148,9 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     if cfg.get("test", True):
         # Lightning's table has a column per test set: for the bags' 14, the summary says more
         verbose = not datamodule.test_set_names
-        trainer.test(task, datamodule=datamodule, ckpt_path=best or None, verbose=verbose)
+        trainer.test(
+            task, datamodule=datamodule, ckpt_path=best or None, verbose=verbose, weights_only=True
+        )
         metrics.update(scalar_metrics(trainer.callback_metrics))
         record.reload(*WORKER_KEYS)  # ddp_spawn: the notes the test's rank-0 worker recorded
 
@@ -193,7 +211,7 @@ def check_resume_fits(task: ClassificationTask, run_dir: Path, resume: str) -> N
     are tried here first, the weights on the task (fit restores them again) and the optimizer
     state on a throwaway optimizer, so that is said before anything is trained."""
     ckpt = run_dir / LAST_CKPT
-    state = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True)
+    state = torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)
     said = f"resume={resume}: the run's last checkpoint, {ckpt}, does not fit the"
     whole = "A resumed run goes on from the checkpoint's whole training state: it is not resumed"
     try:
@@ -249,7 +267,7 @@ def best_score(checkpoint: ModelCheckpoint, best_path: str) -> float:
     best path, so then the score comes from the checkpoint's own callback state."""
     if checkpoint.best_model_score is not None:
         return float(checkpoint.best_model_score)
-    state = torch.load(best_path, map_location="cpu", weights_only=False)
+    state = torch.load(best_path, map_location="cpu", weights_only=True)
     for key, value in state.get("callbacks", {}).items():
         if key.startswith("ModelCheckpoint") and value.get("best_model_score") is not None:
             return float(value["best_model_score"])
@@ -301,6 +319,33 @@ def run(cfg: DictConfig) -> dict[str, float]:
             f"hydra.sweep.subdir, or leave hydra.sweep.subdir out); to continue that run, resume "
             f"it on its own: python -m attnexp <its overrides> {override_arg('resume', run_dir)}"
         )
+    if is_other_rank():  # a re-launched DDP rank works under its rank 0's lock
+        return record_and_run(cfg, run_dir, hydra_cfg)
+    with owning(run_dir, "train"):
+        return record_and_run(cfg, run_dir, hydra_cfg)
+
+
+def disk_full(err: BaseException, run_dir: Path) -> ConfigError | None:
+    """A write that found no space left (anywhere in `err`'s chain), said in one paragraph."""
+    while err is not None and not (isinstance(err, OSError) and err.errno == errno.ENOSPC):
+        err = err.__cause__ or err.__context__
+    if err is None:
+        return None
+    usage = shutil.disk_usage(run_dir)
+    then = (
+        f"resume the run: python -m attnexp <its overrides> {override_arg('resume', run_dir)}"
+        if (run_dir / LAST_CKPT).is_file()
+        else "start it again (it saved no checkpoint to resume from)"
+    )
+    return ConfigError(
+        f"no space left on the disk holding {run_dir} ({usage.free / 2**20:.1f} MiB free of "
+        f"{usage.total / 2**20:.0f} MiB) while writing {err.filename or 'a file'}; nothing "
+        f"half-written was kept under a final name. Free space there (or give "
+        f"paths.log_dir=<a folder on another disk>), then {then}"
+    )
+
+
+def record_and_run(cfg: DictConfig, run_dir: Path, hydra_cfg) -> dict[str, float]:
     record = RunRecord(
         run_dir,
         seed=cfg.get("seed"),
@@ -311,7 +356,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
     try:
         metrics = fit_and_test(cfg, run_dir, record)
     except BaseException as err:  # Ctrl-C and crashes alike leave status=failed behind
-        refusal = spawned_refusal(err)
+        refusal = spawned_refusal(err) or disk_full(err, run_dir)
         record.fail(refusal or err)
         if refusal is not None:
             raise refusal from err

@@ -2,17 +2,19 @@
 callbacks.* settings Lightning or torch would refuse with a traceback from deep inside fit(),
 checked before anything is loaded."""
 
+import copy
+
 import pytorch_lightning as pl
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import get_object, instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, open_dict
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
-from attnexp.errors import ConfigError, require_seed
+from attnexp.errors import ConfigError
 from attnexp.runner.build import instantiate_checked
-from attnexp.runner.load import SEED_KEYS
+from attnexp.runner.settings import check_devices, check_values
 from attnexp.runs.record import RunRecord
 from attnexp.tasks.callbacks import (
     EndSpawnedProcessGroup,
@@ -20,8 +22,10 @@ from attnexp.tasks.callbacks import (
     FiniteLosses,
     MovedRunCheckpoints,
 )
-from attnexp.tasks.compile import compile_callbacks, lightning_settings
+from attnexp.tasks.checkpoint_io import AtomicCheckpointIO
+from attnexp.tasks.compile import compile_callbacks
 from attnexp.tasks.loggers import RESUMABLE, start_logs
+from attnexp.tasks.progress import progress_callbacks, quiet_lightning_tips
 
 TRAINER_REFUSALS = (TypeError, ValueError, MisconfigurationException)  # how Lightning says no
 
@@ -34,20 +38,19 @@ def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Tra
         and cfg.trainer.val_check_interval == 1
         and cfg.trainer.get("limit_val_batches") != 0
     )
-    callbacks = (
-        [
-            make_callback(name, c, validates_every_batch=every_batch)
-            for name, c in cfg.callbacks.items()
-            if c is not None
-        ]
-        + [
-            EpochHistory(record),
-            FiniteLosses(),  # a loss that turned NaN ends the run, not its test of NaN weights
-            EndSpawnedProcessGroup(),  # ddp_spawn: ends the ranks' process group at each stage's end
-            MovedRunCheckpoints(),  # resume= of a run dir that was moved or copied
-        ]
-        + compile_callbacks(cfg.trainer)
-    )
+    callbacks = [
+        make_callback(name, c, validates_every_batch=every_batch)
+        for name, c in cfg.callbacks.items()
+        if c is not None
+    ] + [
+        EpochHistory(record),
+        FiniteLosses(),  # a loss that turned NaN ends the run, not its test of NaN weights
+        EndSpawnedProcessGroup(),  # ddp_spawn: ends the ranks' process group at each stage's end
+        MovedRunCheckpoints(),  # resume= of a run dir that was moved or copied
+        *progress_callbacks(cfg.trainer.get("enable_progress_bar", True) is not False),
+        *compile_callbacks(cfg.trainer),
+    ]
+    quiet_lightning_tips()
     loggers = [
         instantiate(c, **purge_setting(c, resume_step))
         for c in (cfg.get("logger") or {}).values()
@@ -62,12 +65,31 @@ def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Tra
         else {"enable_checkpointing": False}
     )
     try:
-        settings = lightning_settings(cfg.trainer)
-        return instantiate(settings, callbacks=callbacks, logger=loggers, **checkpointing)
+        return instantiate(
+            lightning_settings(cfg.trainer),
+            callbacks=callbacks,
+            logger=loggers,
+            plugins=[AtomicCheckpointIO()],
+            **checkpointing,
+        )
     except InstantiationException as err:
         if not isinstance(err.__cause__, TRAINER_REFUSALS):
             raise
         raise refused_settings(err.__cause__, "trainer", "train") from err.__cause__
+
+
+# trainer.* keys of attnexp's own, not Lightning's: taken out before the Trainer is built.
+OWN_TRAINER_KEYS = ("compile", "threads")
+
+
+def lightning_settings(trainer_cfg: DictConfig) -> DictConfig:
+    """trainer.* without OWN_TRAINER_KEYS: what `pl.Trainer` takes. A deep copy keeps its
+    parent, so interpolations (${paths.output_dir}) resolve as before."""
+    settings = copy.deepcopy(trainer_cfg)
+    with open_dict(settings):
+        for key in OWN_TRAINER_KEYS:
+            settings.pop(key, None)
+    return settings
 
 
 # The setting with which a callback acts at training epoch ends instead of at validations.
@@ -150,29 +172,7 @@ def device_name(trainer: pl.Trainer) -> str:
 
 def check_trainer_settings(cfg: DictConfig) -> None:
     """Settings that torch or Lightning would refuse with a traceback from deep inside fit()."""
-    epochs = cfg.trainer.get("max_epochs")
-    for key in SEED_KEYS:
-        require_seed(key, OmegaConf.select(cfg, key, default=None))
-    if epochs is not None and (type(epochs) is not int or epochs < -1):
-        raise ConfigError(
-            f"trainer.max_epochs={epochs!r} must be a whole number of epochs (-1: no limit)"
-        )
-    # Lightning takes these as "train nothing": the run would test its untrained weights.
-    nothing = [
-        key
-        for key in ("max_epochs", "max_steps", "limit_train_batches")
-        if cfg.trainer.get(key) in (0, 0.0) and type(cfg.trainer.get(key)) is not bool
-    ]
-    if nothing:
-        key = nothing[0]
-        raise ConfigError(
-            f"trainer.{key}=0 trains nothing: the run would test its untrained model (set "
-            f"trainer.{key} >= 1; to test a trained checkpoint: python -m attnexp.evaluate "
-            f"ckpt_path=<run dir>)"
-        )
-    lr = cfg.get("optimizer", {}).get("lr")
-    if lr is not None and (type(lr) not in (int, float) or lr <= 0):
-        raise ConfigError(f"optimizer.lr={lr!r} must be a positive number (e.g. optimizer.lr=1e-3)")
+    check_values(cfg)
     accelerator = str(cfg.trainer.get("accelerator"))
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError(
@@ -189,7 +189,7 @@ def check_trainer_settings(cfg: DictConfig) -> None:
             f"on the CPU here (use trainer=ddp_cpu for DDP on CPU, or set "
             f"trainer.sync_batchnorm=false)"
         )
-    check_val_interval(cfg.trainer)
+    check_devices(cfg.trainer, runs_on_cpu(accelerator))
     check_early_stopping(cfg)
 
 
@@ -221,31 +221,4 @@ def check_cpu_precision(precision: object, accelerator: str, setting: str) -> No
             f"{setting}={precision}: float16 autocast runs on GPUs only, and "
             f"trainer.accelerator={accelerator} runs on the CPU here (set {setting}=bf16-mixed, "
             f"or 32-true)"
-        )
-
-
-def check_val_interval(trainer_cfg: DictConfig) -> None:
-    """Lightning stops with a traceback when a step interval between validations is longer than
-    the epoch that `limit_train_batches` leaves, or on a zero epoch interval (a modulo by 0)."""
-    every = trainer_cfg.get("check_val_every_n_epoch")
-    if every is not None and (type(every) is not int or every < 1):
-        raise ConfigError(
-            f"trainer.check_val_every_n_epoch={every} must be a whole number of epochs >= 1 "
-            f"(null: validate by trainer.val_check_interval steps only; to validate never, set "
-            f"trainer.limit_val_batches=0)"
-        )
-    interval = trainer_cfg.get("val_check_interval")
-    limit = trainer_cfg.get("limit_train_batches")
-    if (type(interval) is int and interval < 1) or (type(interval) is float and interval <= 0):
-        raise ConfigError(
-            f"trainer.val_check_interval={interval} never validates: give a number of training "
-            f"batches >= 1 or a fraction of an epoch in (0, 1] (set trainer.val_check_interval=1.0 "
-            f"to validate once per epoch)"
-        )
-    if type(interval) is int and type(limit) is int and limit < interval:
-        raise ConfigError(
-            f"trainer.val_check_interval={interval} validates every {interval} training batches, "
-            f"but trainer.limit_train_batches={limit} ends each epoch before the first check (set "
-            f"trainer.val_check_interval=1.0 to validate once per epoch, or limit_train_batches "
-            f">= {interval})"
         )

@@ -75,11 +75,11 @@ def saved_overrides(run_dir: Path) -> list[str] | None:
     return [str(o) for o in saved] if isinstance(saved, list) else None
 
 
-def find_resumable(runs_root: Path, overrides: list[str]) -> Path | None:
-    """The newest run under `runs_root` with a last.ckpt, started with these overrides (apart
-    from `resume=` and `RESUME_MAY_CHANGE`: `trainer.max_epochs=20 resume=auto` trains on)."""
+def find_resumable(runs_root: Path, overrides: list[str]) -> tuple[Path | None, Path | None]:
+    """(the newest unfinished run under `runs_root` with a last.ckpt, the newest completed one),
+    among the runs started with these overrides (apart from `resume=` and `RESUME_MAY_CHANGE`)."""
     wanted = _fixed_settings(overrides)
-    candidates = []
+    unfinished, completed = [], []
     for run_dir in runs_root.glob("*"):
         if not (run_dir / LAST_CKPT).is_file() or not (run_dir / RUN_OVERRIDES).is_file():
             continue
@@ -87,8 +87,13 @@ def find_resumable(runs_root: Path, overrides: list[str]) -> Path | None:
         if saved is None:
             log.warning("resume=auto: skipping %s, whose %s cannot be read", run_dir, RUN_OVERRIDES)
         elif _fixed_settings(saved) == wanted:
-            candidates.append(run_dir)
-    return max(candidates, key=lambda d: (d / LAST_CKPT).stat().st_mtime, default=None)
+            done = existing_record(run_dir).get("status") == "completed"
+            (completed if done else unfinished).append(run_dir)
+
+    def newest(dirs: list[Path]) -> Path | None:
+        return max(dirs, key=lambda d: (d / LAST_CKPT).stat().st_mtime, default=None)
+
+    return newest(unfinished), newest(completed)
 
 
 def resolve_run_dir(resume: str | None, runs_root: str, overrides: list[str]) -> str:
@@ -100,20 +105,16 @@ def resolve_run_dir(resume: str | None, runs_root: str, overrides: list[str]) ->
     if resume in NO_RESUME:
         return str(root / new_run_name())
     if resume == "auto":
-        found = find_resumable(root, list(overrides))
+        found, completed = find_resumable(root, list(overrides))
         if found is None:
-            log.warning(
-                "resume=auto: no earlier run with these overrides in %s; starting a new run", root
+            done = (
+                f"the newest run with these overrides, {completed}, has completed (to train it "
+                f"on: {override_arg('resume', completed)} with a raised trainer.max_epochs)"
+                if completed is not None
+                else "no earlier run with these overrides left a checkpoint"
             )
+            log.warning("resume=auto: %s; starting a new run in %s", done, root)
             return str(root / new_run_name())
-        record = existing_record(found)
-        if record.get("status") == "completed":
-            log.warning(
-                "resume=auto: the newest run with these overrides, %s, has completed: %s (drop "
-                "resume=auto for a new run)",
-                found,
-                resumed_training(record),
-            )
         return str(found)
     run_dir = Path(resume).expanduser().resolve()
     record = existing_record(run_dir)
@@ -386,7 +387,7 @@ def resumed_dir(config: DictConfig) -> Path | None:
         return None
     if resume == "auto":  # as the run dir's resolver finds it (conf/hydra/default.yaml)
         runs_root = Path(config.paths.log_dir) / "runs"
-        return find_resumable(runs_root, list(config.hydra.overrides.task))
+        return find_resumable(runs_root, list(config.hydra.overrides.task))[0]
     return Path(str(resume)).expanduser().resolve()
 
 

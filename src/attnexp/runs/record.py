@@ -2,6 +2,7 @@
 it. Written as the run goes (running -> completed | failed), always in one step, and never over an
 earlier attempt's (which a resumed attempt that ends before it saves a checkpoint puts back)."""
 
+import errno
 import json
 import logging
 import os
@@ -62,9 +63,29 @@ def writer_alive(record: dict) -> bool | None:
     return True
 
 
+RESERVE_FILE = ".reserve"  # space held back for the record's last write on a full disk
+RESERVE_BYTES = 256 * 1024
+
+
 def _write_json(path: Path, data: dict) -> None:
     text = json.dumps(data, indent=2, default=str) + "\n"
-    write_atomically(path, lambda partial: partial.write_text(text))
+    try:
+        write_atomically(path, lambda partial: partial.write_text(text))
+    except OSError as err:
+        reserve = path.parent / RESERVE_FILE
+        if err.errno != errno.ENOSPC or not reserve.exists():
+            raise
+        reserve.unlink()  # the disk is full: the space held back takes this write
+        write_atomically(path, lambda partial: partial.write_text(text))
+
+
+def reserve_space(run_dir: Path) -> None:
+    """Holds RESERVE_BYTES in the run dir, so that the record can still say how the run ended
+    when the disk fills up."""
+    try:
+        (run_dir / RESERVE_FILE).write_bytes(b"\0" * RESERVE_BYTES)
+    except OSError as err:
+        log.warning("could not hold back space for the run's record in %s: %s", run_dir, err)
 
 
 def failure(err: BaseException) -> str:
@@ -148,6 +169,7 @@ class RunRecord:
                 self.earlier_data = {k: before.get(k) for k in DATA_KEYS}
             except (OSError, ValueError) as err:
                 log.warning("could not read the history of %s: %s", earlier, err)
+        reserve_space(self.path.parent)
         self.save()
 
     def update(self, **fields: Any) -> None:
@@ -189,6 +211,11 @@ class RunRecord:
             metrics=metrics,
             finished_at=datetime.now().isoformat(timespec="seconds"),
         )
+        self.release_reserve()
+
+    def release_reserve(self) -> None:
+        if self.write:
+            (self.path.parent / RESERVE_FILE).unlink(missing_ok=True)
 
     def fail(self, err: BaseException) -> None:
         if self.write and self.put_back_earlier(err):
@@ -201,6 +228,7 @@ class RunRecord:
             traceback=traceback.format_exc(limit=20),
             finished_at=datetime.now().isoformat(timespec="seconds"),
         )
+        self.release_reserve()
 
     def put_back_earlier(self, err: BaseException) -> bool:
         """A resumed attempt that ends (fails, or is interrupted) before it saves a checkpoint

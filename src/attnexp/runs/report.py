@@ -21,9 +21,17 @@ from collections import Counter
 from pathlib import Path
 
 from attnexp.files import not_a_folder
-from attnexp.runs.collect import DATA_KEY, Run, find_records, same_config_variants, varied_keys
+from attnexp.runs.collect import (
+    DATA_KEY,
+    Run,
+    find_records,
+    parse_overrides,
+    same_config_variants,
+    varied_keys,
+)
 from attnexp.runs.dirs import natural_key
 from attnexp.runs.record import METRICS_FILE
+from attnexp.runs.sweeps import planned_jobs
 
 log = logging.getLogger(__name__)
 
@@ -299,6 +307,11 @@ def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
         runs_markdown(runs),
         "",
     ]
+    never_ran = jobs_never_run(root, runs)
+    if never_ran:
+        parts[2] += f" Planned but never run: {len(never_ran)} (below)."
+        parts += [f"## Jobs that never ran ({len(never_ran)})", ""]
+        parts += [f"- `{' '.join(job)}`" for job in never_ran] + [""]
     if evaluations:
         title = f"## Evaluation records ({len(evaluations)}, not counted as runs)"
         parts += [title, "", evaluations_markdown(evaluations), ""]
@@ -311,6 +324,17 @@ def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
     written["markdown"] = out_dir / "report.md"
     written["markdown"].write_text("\n".join(parts))
     return written
+
+
+def jobs_never_run(root: Path, runs: list[Run]) -> list[list[str]]:
+    """The jobs a sweep in `root` planned that left no record (a sweep killed before them)."""
+    planned = planned_jobs(root) or []
+    ran = [run.settings for run in runs]
+    return [
+        job
+        for job in planned
+        if not any(all(s.get(k) == v for k, v in parse_overrides(job).items()) for s in ran)
+    ]
 
 
 def data_line(runs: list[Run]) -> str:

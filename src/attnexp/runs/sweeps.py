@@ -7,6 +7,7 @@ any job is launched, so a job can tell which of its overrides were swept.
 """
 
 import hashlib
+import itertools
 import logging
 import os
 import re
@@ -197,3 +198,38 @@ def check_strategy(strategy: object, multirun: bool) -> None:
             f"multirun would re-run the whole sweep (use trainer=ddp or trainer=ddp_cpu, which "
             f"spawn, or hydra/launcher=slurm with one task per device, or a single run)"
         )
+
+
+MULTIRUN_FILE = "multirun.yaml"
+
+
+def planned_jobs(sweep_dir: Path) -> list[list[str]] | None:
+    """Each job (its overrides) of the basic-sweeper multirun in `sweep_dir`, as Hydra expands the
+    sweep: the cartesian product of the swept values, from the `multirun.yaml` saved before the
+    first job started. None where that cannot be told: no such file, another sweeper (Optuna
+    decides its trials as it goes), a sweep that is not a list of values."""
+    path = Path(sweep_dir) / MULTIRUN_FILE
+    try:
+        config = OmegaConf.load(path)
+        sweeper = str(OmegaConf.select(config, "hydra.sweeper._target_"))
+        lines = list(OmegaConf.select(config, "hydra.overrides.task") or [])
+        params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+    except (OSError, ValueError, TypeError):
+        return None
+    if not sweeper.endswith(".BasicSweeper"):
+        return None
+    lines += [f"{key}={value}" for key, value in params.items()]
+    try:
+        overrides = OverridesParser.create().parse_overrides(lines)
+    except Exception:  # Hydra parsed them when the sweep started; a file edited since: unknown
+        return None
+    choices = []
+    for override in overrides:
+        if not override.is_sweep_override():
+            choices.append([override.input_line])
+        elif override.is_choice_sweep() or override.is_range_sweep():
+            key = override.input_line.split("=", 1)[0]
+            choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+        else:
+            return None
+    return [list(job) for job in itertools.product(*choices)]

@@ -208,8 +208,11 @@ class EpochHistory(pl.Callback):
         row.update({k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1})
         if pending[0] not in self.validated:
             row = {k: v for k, v in row.items() if not k.startswith("val/")}
+        # A resumed run finishes an epoch its earlier attempt ended (it was killed after the
+        # epoch's last validation): what that attempt logged of the epoch stays, updated.
+        earlier = [h for h in self.record.data["history"] if h["epoch"] == row["epoch"]]
         history = [h for h in self.record.data["history"] if h["epoch"] != row["epoch"]]
-        self.record.update(history=[*history, row])
+        self.record.update(history=[*history, {**(earlier[-1] if earlier else {}), **row}])
 
 
 class FiniteLosses(pl.Callback):

@@ -9,10 +9,8 @@ state dict keeps its keys and checkpoints load into an eager network and back. A
 shape (another padded length) compiles once more, so runs with few distinct shapes gain most.
 """
 
-import copy
-
 import pytorch_lightning as pl
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from attnexp.errors import ConfigError
 
@@ -29,18 +27,6 @@ def compile_mode(trainer_cfg: DictConfig) -> str | None:
             f"trainer.compile=...; null runs the network eagerly)"
         )
     return mode
-
-
-def lightning_settings(trainer_cfg: DictConfig) -> DictConfig:
-    """The trainer settings Lightning's Trainer takes: trainer.* less `compile`."""
-    if SETTING not in trainer_cfg:
-        return trainer_cfg
-    # A deep copy keeps its parent, so interpolations (${paths.output_dir}) resolve as before,
-    # when Lightning's Trainer is built.
-    settings = copy.deepcopy(trainer_cfg)
-    with open_dict(settings):
-        del settings[SETTING]
-    return settings
 
 
 def compile_callbacks(trainer_cfg: DictConfig) -> list[pl.Callback]:
