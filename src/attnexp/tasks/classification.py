@@ -66,6 +66,9 @@ class ClassificationTask(pl.LightningModule):
         # accuracy / macro F1 / mean loss derived and logged once per epoch (see metrics.py).
         stats = MetricCollection({"stats": ClassificationStats(num_classes)}, compute_groups=False)
         self.train_metrics = stats.clone(prefix="train/")
+        # In the checkpoint: a run resumed from a mid-epoch checkpoint ends that epoch with the
+        # train/* an uninterrupted run has, not those of the batches after the interruption.
+        self.train_metrics.persistent(True)
         self.val_metrics = stats.clone(prefix="val/")
         # Dataloader 0 is the main test set; the extra ones log their accuracy as acc_<name>.
         self.test_metrics = nn.ModuleList(
