@@ -426,7 +426,7 @@ def test_a_match_feature_run_from_before_unk_matches_says_which_rule(tmp_path, c
     """model.unk_matches came after runs with the exact-match feature were made, and the two rules
     give different numbers for one checkpoint: such a run's config (the key removed, as it was
     saved then) is refused with the override to give, and rebuilt with it gives the run's answer."""
-    train_pair_run(tmp_path, "experiment=nndl_lcqmc_tuned")
+    train_pair_run(tmp_path, "experiment=lcqmc/tuned")
     pair = ["text_a=电脑怎么录像", "text_b=如何录视频"]
     rc, today, err = predict(
         capsys, f"ckpt_path={tmp_path / 'run'}", *pair, f"out_dir={tmp_path / 'a'}"

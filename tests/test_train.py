@@ -1733,7 +1733,7 @@ def test_last_ckpt_is_the_latest_state_not_the_best(tmp_path):
         # RuntimeError from torch.Generator.manual_seed, after loading the data
         (["model=transformer", "data.split_seed=abc"], r"data.split_seed='abc' must be a whole"),
         (
-            ["experiment=nndl_imdb_mean", "trainer.limit_train_batches=5"],
+            ["experiment=imdb/chapter_mean", "trainer.limit_train_batches=5"],
             r"trainer.val_check_interval=10 validates every 10 training batches, but "
             r"trainer.limit_train_batches=5",
         ),
@@ -1769,9 +1769,9 @@ def test_validation_after_every_batch_saves_the_best_checkpoint(tmp_path):
 
 
 def test_debug_limit_works_with_step_validation(compose_cfg):
-    check_settings(compose_cfg("experiment=nndl_imdb_mean", "debug=limit"))
+    check_settings(compose_cfg("experiment=imdb/chapter_mean", "debug=limit"))
     # the limits of the settings refused above are settings a run may take
-    check_settings(compose_cfg("experiment=nndl_imdb_mean", "trainer.limit_train_batches=10"))
+    check_settings(compose_cfg("experiment=imdb/chapter_mean", "trainer.limit_train_batches=10"))
     check_settings(compose_cfg("trainer.max_epochs=-1", "trainer.max_steps=5"))  # -1: no limit
 
 
