@@ -46,7 +46,7 @@ from attnexp.overrides import quote_equals_values, unknown_keys
             "an interpolation (set scorer.attn_dim=... instead)",
         ),
         (
-            ["scheduler.warmup_ratio=0.1"],
+            ["model=bag_mlp", "scheduler.warmup_ratio=0.1"],  # bag_mlp's recipe has none
             "scheduler.warmup_ratio=0.1: no scheduler is chosen, so it has no keys (choose one "
             "first: scheduler=cosine_warmup | linear_warmup)",
         ),
