@@ -380,11 +380,16 @@ def test_evaluate_refuses_other_data_before_loading_it(tmp_path):
     assert "this evaluation reads local data" in read(eval_dir / "metrics.json")["error"]
 
 
-def test_resume_auto_then_a_run_dir(finished_run):
-    tmp, run_dir, _ = finished_run
+def test_resume_auto_then_a_run_dir(tmp_path):
+    """A resumed run continues the whole training state. On the book's recipe (`~recipe`): the
+    default's cosine schedule spans max_epochs, so a run resumed for more epochs than it started
+    with follows another schedule than a run started for them."""
+    tmp, book = tmp_path, [*TINY, "~recipe"]
+    assert run_cli(tmp, *book).returncode == 0
+    (run_dir,) = (tmp / "outputs" / "runs").iterdir()
     hydra_before = {p.name: p.read_text() for p in (run_dir / ".hydra").glob("*.yaml")}
     first = read(run_dir / "metrics.json")
-    result = run_cli(tmp, *TINY, "resume=auto")  # the newest run with these overrides
+    result = run_cli(tmp, *book, "resume=auto")  # the newest run with these overrides
     assert result.returncode == 0, result.stderr[-4000:]
     assert f"resume=auto: the newest run with these overrides, {run_dir}, has completed" in (
         result.stdout + result.stderr
@@ -392,7 +397,7 @@ def test_resume_auto_then_a_run_dir(finished_run):
     assert list((tmp / "outputs" / "runs").iterdir()) == [run_dir]  # no new run dir
     assert read(run_dir / "metrics.attempt1.json")["started_at"] == first["started_at"]
 
-    result = run_cli(tmp, *TINY, f"resume={run_dir}", "trainer.max_epochs=2")  # train on
+    result = run_cli(tmp, *book, f"resume={run_dir}", "trainer.max_epochs=2")  # train on
     assert result.returncode == 0, result.stderr[-4000:]
     assert list((tmp / "outputs" / "runs").iterdir()) == [run_dir]
     record = read(run_dir / "metrics.json")
@@ -404,7 +409,7 @@ def test_resume_auto_then_a_run_dir(finished_run):
     # ...and from the whole training state: the same epoch 1 as a run never interrupted (with a
     # fresh optimizer state, Adam's moments, the losses differed)
     (tmp / "straight").mkdir()
-    straight = run_cli(tmp / "straight", *TINY, "trainer.max_epochs=2")
+    straight = run_cli(tmp / "straight", *book, "trainer.max_epochs=2")
     assert straight.returncode == 0, straight.stderr[-4000:]
     (straight_dir,) = (tmp / "straight" / "outputs" / "runs").iterdir()
     straight_history = read(straight_dir / "metrics.json")["history"]
@@ -435,7 +440,7 @@ def test_a_resume_that_fails_early_keeps_the_runs_record(finished_run, tmp_path)
 def test_a_resume_must_build_the_config_the_run_was_made_with(compose_cfg, tmp_path):
     """Today's conf/*.yaml with the run's overrides must give the run's own config (unresolved),
     apart from what a resumed run may change: an older attnexp's run went on as another model."""
-    cfg = compose_cfg(*TINY)
+    cfg = compose_cfg(*TINY, "~recipe")  # the book's recipe: data.shift=0
     run_dir = tmp_path / "run"
     (run_dir / ".hydra").mkdir(parents=True)
     saved = OmegaConf.to_container(cfg, resolve=False)
@@ -456,8 +461,7 @@ def test_a_resume_must_build_the_config_the_run_was_made_with(compose_cfg, tmp_p
         check_same_config(cfg, run_dir, str(run_dir))
     # model.attn_norm, listed after lstm_mhsa runs were made without it, reads as none, what they
     # were built with: no difference at none; at layer, another model
-    mhsa = compose_cfg("model=lstm_mhsa")
-    assert mhsa.model.attn_norm == "none"
+    mhsa = compose_cfg("model=lstm_mhsa", "model.attn_norm=none")
     mhsa_dir = tmp_path / "mhsa"
     _saved_without(mhsa, mhsa_dir, "model.attn_norm")
     check_same_config(mhsa, mhsa_dir, str(mhsa_dir))
