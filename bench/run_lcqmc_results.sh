@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # The LCQMC rows of docs/RESULTS.md, one run at a time (reduced protocol: no official train file here).
 # Usage: DATA=/path/holding/lcqmc bash bench/run_lcqmc_results.sh
-# The table's runs predate per-epoch reshuffling: EXTRA=data.epoch_order=repeat reproduces their
-# batch order (EXTRA is added to every command).
+# EXTRA is added to every command.
 # OMP_NUM_THREADS=1: on 2 cores shared with other jobs, 1 thread ran ~10x faster than 2 (measured).
 set -u
 DATA=${DATA:?set DATA=<data_dir>, the folder holding lcqmc/}
