@@ -179,7 +179,7 @@ def test_bag_table_rows_compose(compose_cfg, variant, target, backbone, attentio
 
 # The per-row commands of the tuned bag table (docs/RESULTS.md): bag_attn's defaults.
 TUNED_ROWS = {
-    "simple": ["model=bag_attn", "model.attention=simple"],
+    "simple": ["model=bag_attn", "model.attention=simple", "model.pooled_norm=false"],
     "dot": ["model=bag_attn", "scorer=dot"],
     "scaled_dot": ["model=bag_attn", "scorer=scaled_dot"],
     "bilinear": ["model=bag_attn", "scorer=bilinear"],
