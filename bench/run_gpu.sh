@@ -108,9 +108,9 @@ part_bench() {
 
 part_imdb() {
     local row
-    for row in mean additive dot mhsa tuned; do
-        say "experiment=nndl_imdb_$row trainer=gpu"
-        $PY -m attnexp "experiment=nndl_imdb_$row" trainer=gpu seed=0 "paths.data_dir=$DATA" \
+    for row in chapter_mean chapter_additive chapter_dot chapter_mhsa tuned; do
+        say "experiment=imdb/$row data=imdb trainer=gpu"
+        $PY -m attnexp "experiment=imdb/$row" data=imdb trainer=gpu seed=0 "paths.data_dir=$DATA" \
             trainer.enable_progress_bar=false 2>&1 | grep -E "run dir|test/acc|Error|error"
     done
 }

@@ -18,7 +18,7 @@ from attnexp.cli.overrides import quote_equals_values, unknown_keys
         ),
         # the group choices and experiments are composed first: the keys are those of lstm_attn
         (
-            ["experiment=nndl_imdb", "model.hidden_sz=64"],
+            ["experiment=imdb/chapter_dot", "model.hidden_sz=64"],
             "model.hidden_sz=64: model (model=lstm_attn) has no key 'hidden_sz'; did you mean "
             "model.hidden_size?",
         ),
@@ -46,7 +46,7 @@ from attnexp.cli.overrides import quote_equals_values, unknown_keys
             "an interpolation (set scorer.attn_dim=... instead)",
         ),
         (
-            ["scheduler.warmup_ratio=0.1"],
+            ["model=bag_mlp", "scheduler.warmup_ratio=0.1"],  # bag_mlp's recipe has none
             "scheduler.warmup_ratio=0.1: no scheduler is chosen, so it has no keys (choose one "
             "first: scheduler=cosine_warmup | linear_warmup)",
         ),
@@ -54,7 +54,10 @@ from attnexp.cli.overrides import quote_equals_values, unknown_keys
             ["scorer=dot", "scorer.attn_dim=3"],
             "scorer.attn_dim=3: scorer (scorer=dot) has no key 'attn_dim'. It has no keys to set.",
         ),
-        (["experimnet=nndl_imdb"], "experimnet=nndl_imdb: the config has no key 'experimnet'; did"),
+        (
+            ["experimnet=imdb/tuned"],
+            "experimnet=imdb/tuned: the config has no key 'experimnet'; did",
+        ),
         (
             ["model.backbone.depth=2"],
             "model.backbone.depth=2: model.backbone is a single setting, with no keys below it "

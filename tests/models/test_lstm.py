@@ -278,6 +278,7 @@ def test_probe_heatmaps_reach_tensorboard(overrides, views, compose_cfg, tmp_pat
         "trainer.limit_train_batches=2",
         "trainer.limit_val_batches=1",
         "trainer.limit_test_batches=1",
+        "trainer.val_check_interval=1.0",  # once per epoch (the recipes check more often)
     )
     train_in_process(cfg, tmp_path / "run")
     accumulator = EventAccumulator(str(tmp_path / "run" / "tb"), size_guidance={"images": 0})

@@ -139,10 +139,10 @@ def test_the_pooled_cls_state_passes_through_model_dropout():
 VARIANTS = [
     ["model=transformer"],
     ["model=transformer", "model.impl=torch", "model.norm=pre", "model.position=learned"],
-    ["experiment=nndl_lcqmc", "model.hidden_size=16", "model.ffn_size=32"],
-    ["experiment=nndl_lcqmc_tuned", "model.hidden_size=16", "model.ffn_size=32"],
+    ["experiment=lcqmc/chapter", "model.hidden_size=16", "model.ffn_size=32"],
+    ["experiment=lcqmc/tuned", "model.hidden_size=16", "model.ffn_size=32"],
     [
-        "experiment=nndl_lcqmc_ablation",
+        "experiment=lcqmc/ablation",
         "model.hidden_size=16",
         "model.ffn_size=32",
         "model.depth=4",

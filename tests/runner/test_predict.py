@@ -26,6 +26,7 @@ SHORT_TRAINING = (
     "trainer.limit_train_batches=2",
     "trainer.limit_val_batches=1",
     "trainer.limit_test_batches=1",
+    "trainer.val_check_interval=1.0",  # the text models' recipes check every 10 steps or 1/4 epoch
 )
 
 

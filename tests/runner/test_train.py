@@ -382,12 +382,17 @@ def test_evaluate_refuses_other_data_before_loading_it(tmp_path):
     assert "this evaluation reads local data" in read(eval_dir / "metrics.json")["error"]
 
 
-def test_resume_auto_then_a_run_dir(finished_run):
-    tmp, run_dir, _ = finished_run
+def test_resume_auto_then_a_run_dir(tmp_path):
+    """A resumed run continues the whole training state. On the book's recipe (`~recipe`): the
+    default's cosine schedule spans max_epochs, so a run resumed for more epochs than it started
+    with follows another schedule than a run started for them."""
+    tmp, book = tmp_path, [*TINY, "~recipe"]
+    assert run_cli(tmp, *book).returncode == 0
+    (run_dir,) = (tmp / "outputs" / "runs").iterdir()
     hydra_before = {p.name: p.read_text() for p in (run_dir / ".hydra").glob("*.yaml")}
     first = read(run_dir / "metrics.json")
     # resume=auto never reopens a completed run: it says so and starts a new one
-    result = run_cli(tmp, *TINY, "resume=auto")
+    result = run_cli(tmp, *book, "resume=auto")
     assert result.returncode == 0, result.stderr[-4000:]
     assert f"the newest run with these overrides, {run_dir}, has completed" in (
         result.stdout + result.stderr
@@ -395,7 +400,7 @@ def test_resume_auto_then_a_run_dir(finished_run):
     assert len(list((tmp / "outputs" / "runs").iterdir())) == 2
     assert read(run_dir / "metrics.json") == first and not list(run_dir.glob("metrics.attempt*"))
 
-    result = run_cli(tmp, *TINY, f"resume={run_dir}", "trainer.max_epochs=2")  # train on
+    result = run_cli(tmp, *book, f"resume={run_dir}", "trainer.max_epochs=2")  # train on
     assert result.returncode == 0, result.stderr[-4000:]
     assert read(run_dir / "metrics.attempt1.json")["started_at"] == first["started_at"]
     record = read(run_dir / "metrics.json")
@@ -407,7 +412,7 @@ def test_resume_auto_then_a_run_dir(finished_run):
     # ...and from the whole training state: the same epoch 1 as a run never interrupted (with a
     # fresh optimizer state, Adam's moments, the losses differed)
     (tmp / "straight").mkdir()
-    straight = run_cli(tmp / "straight", *TINY, "trainer.max_epochs=2")
+    straight = run_cli(tmp / "straight", *book, "trainer.max_epochs=2")
     assert straight.returncode == 0, straight.stderr[-4000:]
     (straight_dir,) = (tmp / "straight" / "outputs" / "runs").iterdir()
     straight_history = read(straight_dir / "metrics.json")["history"]
@@ -439,7 +444,7 @@ def test_a_resume_that_fails_early_keeps_the_runs_record(finished_run, tmp_path)
 def test_a_resume_must_build_the_config_the_run_was_made_with(compose_cfg, tmp_path):
     """Today's conf/*.yaml with the run's overrides must give the run's own config (unresolved),
     apart from what a resumed run may change: an older attnexp's run went on as another model."""
-    cfg = compose_cfg(*TINY)
+    cfg = compose_cfg(*TINY, "~recipe")  # the book's recipe: data.shift=0
     run_dir = tmp_path / "run"
     (run_dir / ".hydra").mkdir(parents=True)
     saved = OmegaConf.to_container(cfg, resolve=False)
@@ -1695,7 +1700,7 @@ def test_last_ckpt_is_the_latest_state_not_the_best(tmp_path):
         # RuntimeError from torch.Generator.manual_seed, after loading the data
         (["model=transformer", "data.split_seed=abc"], r"data.split_seed='abc' must be a whole"),
         (
-            ["experiment=nndl_imdb_mean", "trainer.limit_train_batches=5"],
+            ["experiment=imdb/chapter_mean", "trainer.limit_train_batches=5"],
             r"trainer.val_check_interval=10 validates every 10 training batches, but "
             r"trainer.limit_train_batches=5",
         ),
@@ -1731,10 +1736,10 @@ def test_validation_after_every_batch_saves_the_best_checkpoint(tmp_path):
 
 
 def test_debug_limit_works_with_step_validation(compose_cfg):
-    check_trainer_settings(compose_cfg("experiment=nndl_imdb_mean", "debug=limit"))
+    check_trainer_settings(compose_cfg("experiment=imdb/chapter_mean", "debug=limit"))
     # the limits of the settings refused above are settings a run may take
     check_trainer_settings(
-        compose_cfg("experiment=nndl_imdb_mean", "trainer.limit_train_batches=10")
+        compose_cfg("experiment=imdb/chapter_mean", "trainer.limit_train_batches=10")
     )
     check_trainer_settings(
         compose_cfg("trainer.max_epochs=-1", "trainer.max_steps=5")

@@ -679,7 +679,7 @@ def test_runs_on_changed_data_files_are_never_averaged(tmp_path):
 
 
 def test_variants_that_ran_one_config_are_said(tmp_path):
-    """experiment=bag_table scorer=dot: every row ran the dot scorer under its own name."""
+    """experiment=bag/table scorer=dot: every row ran the dot scorer under its own name."""
     for row in ("dot", "bilinear"):
         for seed in (0, 1):
             config = {  # seed and paths differ between runs of one config

@@ -108,19 +108,19 @@ def test_sweep_subdir_names_only_the_swept_overrides(tmp_path):
 
 
 def test_a_command_line_value_wins_over_the_sweepers_params(tmp_path):
-    """`-m experiment=bag_table seed=0`: the experiment's params list seeds 0,1,2, the command line
+    """`-m experiment=bag/table seed=0`: the experiment's params list seeds 0,1,2, the command line
     fixes seed 0, so the jobs are named by their row only."""
     OmegaConf.save(
         {
             "hydra": {
-                "overrides": {"task": ["experiment=bag_table", "seed=0"]},
+                "overrides": {"task": ["experiment=bag/table", "seed=0"]},
                 "sweeper": {"params": {"+experiment/bag": "mlp,dot", "seed": "0,1,2"}},
             }
         },
         tmp_path / "multirun.yaml",
     )
     assert swept_keys(tmp_path) == {"experiment/bag"}
-    job = ["experiment=bag_table", "seed=0", "+experiment/bag=dot"]
+    job = ["experiment=bag/table", "seed=0", "+experiment/bag=dot"]
     assert sweep_subdir(1, str(tmp_path), job, "fallback") == "1_bag=dot"
 
 
@@ -160,7 +160,12 @@ def test_the_sweep_config_is_saved_for_sweepers_that_save_none(tmp_path):
     ],
 )
 def test_bag_table_rows_compose(compose_cfg, variant, target, backbone, attention, scorer):
-    cfg = compose_cfg("experiment=bag_table", f"+experiment/bag={variant}")
+    cfg = compose_cfg("experiment=bag/table", f"+experiment/bag={variant}")
+    assert (cfg.trainer.max_epochs, cfg.data.shift, cfg.get("scheduler")) == (
+        10,
+        0,
+        None,
+    )  # the book
     assert get_class(cfg.model._target_).__name__ == target
     assert cfg.model.get("backbone") == backbone and cfg.model.get("attention") == attention
     if scorer is not None:
@@ -176,9 +181,9 @@ def test_bag_table_rows_compose(compose_cfg, variant, target, backbone, attentio
     ]
 
 
-# The per-row commands docs/RESULTS.md reports for issue #2's bag targets (session 15).
+# The per-row commands of the tuned bag table (docs/RESULTS.md): bag_attn's defaults.
 TUNED_ROWS = {
-    "simple": ["model=bag_attn", "model.attention=simple"],
+    "simple": ["model=bag_attn", "model.attention=simple", "model.pooled_norm=false"],
     "dot": ["model=bag_attn", "scorer=dot"],
     "scaled_dot": ["model=bag_attn", "scorer=scaled_dot"],
     "bilinear": ["model=bag_attn", "scorer=bilinear"],
@@ -189,18 +194,21 @@ TUNED_ROWS = {
 
 @pytest.mark.parametrize("row", TUNED_ROWS)
 def test_the_tuned_bag_table_runs_the_reported_commands(compose_cfg, row):
-    """Each job of `experiment=bag_table_tuned`, and the short command of the bag table in
-    docs/RESULTS.md (`experiment=bag/<row>` + the recipe), compose the very config of the row's
-    reported command, so both repeat those numbers (on a machine that computes alike)."""
-    swept = compose_cfg("experiment=bag_table_tuned", f"+experiment/bag={row}", "seed=1")
+    """Each job of `experiment=bag/table_tuned`, the row with the recipe spelled out
+    (`experiment=bag/<row>` + the recipe), the row with `recipe=bag_tuned`, and the bare model
+    command (bag_attn's defaults) compose the very config of the row's reported command, so all
+    repeat those numbers (on a machine that computes alike)."""
+    swept = compose_cfg("experiment=bag/table_tuned", f"+experiment/bag={row}", "seed=1")
     recipe = ["scheduler=cosine_warmup", "trainer.max_epochs=15", "data.shift=2", "seed=1"]
     short = compose_cfg(f"experiment=bag/{row}", *recipe)
+    by_name = compose_cfg(f"experiment=bag/{row}", "recipe=bag_tuned", "seed=1")
+    bare = compose_cfg(*TUNED_ROWS[row], "seed=1")
     reported = compose_cfg(*TUNED_ROWS[row], *recipe)
-    job = [OmegaConf.to_container(cfg) for cfg in (swept, short, reported)]
+    job = [OmegaConf.to_container(cfg) for cfg in (swept, short, by_name, bare, reported)]
     for cfg in job:
         del cfg["hydra"]  # the sweep's own settings; the job's config is the rest
-    assert job[0] == job[2] and job[1] == job[2]
-    params = compose_cfg("experiment=bag_table_tuned").hydra.sweeper.params
+    assert all(cfg == job[-1] for cfg in job)
+    params = compose_cfg("experiment=bag/table_tuned").hydra.sweeper.params
     assert params["+experiment/bag"].split(",") == list(TUNED_ROWS)
 
 
@@ -298,23 +306,25 @@ def test_relaunching_strategy_rejected_in_a_local_multirun(monkeypatch):
 @pytest.mark.parametrize(
     ("variant", "target", "scorer"),
     [
-        ("mean", "LSTMMean", None),
-        ("additive", "LSTMAttention", "AdditiveScorer"),
-        ("dot", "LSTMAttention", "DotScorer"),
-        ("mhsa", "LSTMSelfAttention", None),
+        ("chapter_mean", "LSTMMean", None),
+        ("chapter_additive", "LSTMAttention", "AdditiveScorer"),
+        ("chapter_dot", "LSTMAttention", "DotScorer"),
+        ("chapter_mhsa", "LSTMSelfAttention", None),
     ],
 )
 def test_imdb_table_rows_compose(compose_cfg, variant, target, scorer):
-    cfg = compose_cfg("experiment=imdb_table", f"+experiment/imdb={variant}")
+    cfg = compose_cfg("experiment=imdb/table", f"+experiment/imdb={variant}")
     assert get_class(cfg.model._target_).__name__ == target
     assert cfg.trainer.max_epochs == 2 and cfg.data.max_seq_len == 256  # the nndl settings
+    assert (cfg.data.val_from, cfg.data.val_fraction) == ("test", 0.5)  # the chapter port's split
     if scorer is not None:
         assert cfg.scorer._target_.endswith(scorer)
-    assert cfg.hydra.sweeper.params["+experiment/imdb"] == "mean,additive,dot,mhsa"
+    rows = "chapter_mean,chapter_additive,chapter_dot,chapter_mhsa"
+    assert cfg.hydra.sweeper.params["+experiment/imdb"] == rows
 
 
 def test_lcqmc_table_is_a_grid_over_impl_and_depth(compose_cfg):
-    cfg = compose_cfg("experiment=lcqmc_table")
+    cfg = compose_cfg("experiment=lcqmc/table")
     assert get_class(cfg.model._target_).__name__ == "TransformerMatcher"
     params = cfg.hydra.sweeper.params
     assert params["model.impl"] == "custom,torch" and params["model.depth"] == "1,2"

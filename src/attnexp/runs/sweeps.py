@@ -50,7 +50,7 @@ def swept_keys(sweep_dir: str | Path) -> set[str] | None:
     parser = OverridesParser.create()
     given = parser.parse_overrides(list(hydra_cfg.overrides.task))
     params = OmegaConf.select(hydra_cfg, "sweeper.params", default=None) or {}
-    # The command line wins over the sweeper's params: `-m experiment=bag_table seed=0` sweeps
+    # The command line wins over the sweeper's params: `-m experiment=bag/table seed=0` sweeps
     # the rows, not the seeds the experiment lists.
     on_command_line = {o.key_or_group.lstrip("+~") for o in given}
     from_params = parser.parse_overrides(
