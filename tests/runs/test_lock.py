@@ -67,3 +67,16 @@ def test_a_resume_of_a_run_dir_another_process_holds_is_refused(tmp_path):
     assert (run_dir / "metrics.json").read_text() == record
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == checkpoints
     assert json.loads(record)["status"] == "completed"
+
+
+def test_a_run_dir_is_named_by_what_the_run_was_asked_for():
+    from attnexp.runs.dirs import MAX_LABEL, new_run_name, run_label
+
+    line = ["model=lstm_attn", "scorer=dot", "paths.data_dir=/d", "resume=null"]
+    assert run_label(line) == "model=lstm_attn,scorer=dot"
+    assert run_label(["+experiment/imdb=tuned", "seed=1", "~recipe"]) == (
+        "imdb=tuned,seed=1,no-recipe"
+    )
+    assert len(run_label([f"model.hidden_size={'9' * 200}"])) == MAX_LABEL
+    assert new_run_name(["seed=3"]).endswith("_seed=3")
+    assert "_" in new_run_name() and "=" not in new_run_name()

@@ -8,6 +8,7 @@ with; it keeps the earlier record as `metrics.attempt<k>.json` before writing a 
 """
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -49,9 +50,35 @@ def natural_key(name: str) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
-def new_run_name() -> str:
-    """Start time plus a random suffix: two runs started in the same second still differ."""
-    return f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{uuid.uuid4().hex[:6]}"
+def new_run_name(overrides: list[str] = ()) -> str:
+    """Start time plus a random suffix (two runs started in the same second still differ), then
+    what the run was asked for (`run_label`): a dir listing and TensorBoard's run list tell runs
+    apart by it."""
+    stamp = f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{uuid.uuid4().hex[:6]}"
+    label = run_label(overrides)
+    return f"{stamp}_{label}" if label else stamp
+
+
+# Settings that say where a run's files go or how it shows progress, not what it computes.
+UNLABELLED = ("paths.", "hydra.", "resume", "trainer.enable_progress_bar", "data.num_workers")
+MAX_LABEL = 96
+
+
+def run_label(overrides: list[str]) -> str:
+    """`model=lstm_attn,scorer=dot`: the command line's settings, without UNLABELLED ones, safe
+    as a file name and at most MAX_LABEL characters (a digest of the rest after that)."""
+    parts = []
+    for line in overrides:
+        key = override_key(line)
+        if key.startswith(UNLABELLED):
+            continue
+        name = key.rsplit("/", 1)[-1]
+        parts.append(f"no-{name}" if line.startswith("~") else f"{name}={line.partition('=')[2]}")
+    label = re.sub(r"[^\w=,.\-+]", "_", ",".join(parts))
+    if len(label) > MAX_LABEL:
+        digest = hashlib.sha1(label.encode()).hexdigest()[:8]
+        label = f"{label[: MAX_LABEL - 9]}_{digest}"
+    return label
 
 
 def override_key(override: str) -> str:
@@ -103,7 +130,7 @@ def resolve_run_dir(resume: str | None, runs_root: str, overrides: list[str]) ->
     """
     root = Path(runs_root)
     if resume in NO_RESUME:
-        return str(root / new_run_name())
+        return str(root / new_run_name(overrides))
     if resume == "auto":
         found, completed = find_resumable(root, list(overrides))
         if found is None:
@@ -114,7 +141,7 @@ def resolve_run_dir(resume: str | None, runs_root: str, overrides: list[str]) ->
                 else "no earlier run with these overrides left a checkpoint"
             )
             log.warning("resume=auto: %s; starting a new run in %s", done, root)
-            return str(root / new_run_name())
+            return str(root / new_run_name(overrides))
         return str(found)
     run_dir = Path(resume).expanduser().resolve()
     record = existing_record(run_dir)
