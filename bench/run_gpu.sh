@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The GPU numbers of docs/RESULTS.md, on a machine with one CUDA GPU, in parts that each fit in a
-# few minutes:
-#   DATA=/path/holding/imdb+mnist+lcqmc OUT=folder bash bench/run_gpu.sh tests bench
+# The GPU numbers of docs/benchmarks.md and docs/results.md, on a machine with one CUDA GPU, in
+# parts that each fit in a few minutes:
+#   DATA=<data_dir> OUT=folder bash bench/run_gpu.sh tests bench
 #   DATA=... OUT=... bash bench/run_gpu.sh imdb
 # tests: the tests marked gpu (every model's fast_dev_run under trainer=gpu, i.e. bf16-mixed; the
 #        benches on CUDA; metric updates that never sync the GPU).
