@@ -21,7 +21,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-from attnexp.machine import describe_machine, machine_label
+from attnexp.runs.machine import describe_machine, machine_label
 from attnexp.tasks.classification import split_batch
 
 

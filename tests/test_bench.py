@@ -135,8 +135,8 @@ def test_the_bag_bench_trains_a_runs_model(compose_cfg):
     which a run of model=bag_attn has had since session 11."""
     from bench_bag_mnist import make_model
 
-    from attnexp.build import build_model
     from attnexp.data.bag_mnist import BagMNISTDataModule
+    from attnexp.runner.build import build_model
 
     dm = BagMNISTDataModule("nowhere", source="sample", bag_size=3)
     dm.setup("fit")

@@ -24,7 +24,7 @@ from lcqmc_data import write_lcqmc
 from mnist_data import write_mnist
 from omegaconf import OmegaConf
 
-from attnexp.build import build
+from attnexp.runner.build import build
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 SKIP_GROUPS = {"hydra"}  # Hydra's own settings; used by every run anyway

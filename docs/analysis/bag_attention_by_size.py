@@ -15,8 +15,8 @@ import math
 
 import torch
 
-from attnexp.build import build
-from attnexp.checkpoints import load_run, load_weights, read_weights
+from attnexp.runner.build import build
+from attnexp.runner.load import load_run, load_weights, read_weights
 
 
 @torch.no_grad()

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from attnexp.modules.masking import masked_softmax
 from attnexp.modules.mhsa import MultiHeadSelfAttention
-from attnexp.prediction import load_predictor, texts_file_lines
+from attnexp.runner.predict import load_predictor, texts_file_lines
 
 
 def row_scores(

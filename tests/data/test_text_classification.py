@@ -12,10 +12,10 @@ import pytest
 from imdb_data import TINY_MODEL, train_in_process
 from omegaconf import OmegaConf
 
-from attnexp.build import instantiate_checked
 from attnexp.data.splits import held_out_sizes, stratified_split
 from attnexp.data.text_classification import TextClassificationDataModule
 from attnexp.errors import ConfigError
+from attnexp.runner.build import instantiate_checked
 
 
 class TinyTopics(TextClassificationDataModule):

@@ -3,9 +3,9 @@ import pytorch_lightning as pl
 import torch
 from lcqmc_data import write_lcqmc
 
-from attnexp.build import build
 from attnexp.errors import ConfigError
 from attnexp.models.transformer import TransformerMatcher, exact_match
+from attnexp.runner.build import build
 
 SMALL = {"vocab_size": 30, "hidden_size": 8, "heads": 2, "ffn_size": 16, "max_seq_len": 16}
 

@@ -10,7 +10,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from attnexp.errors import ConfigError
-from attnexp.run_record import RunRecord
+from attnexp.runs.record import RunRecord
 from attnexp.tasks import ClassificationTask
 from attnexp.tasks.callbacks import EpochHistory
 from attnexp.tasks.metrics import ClassificationStats

@@ -1,4 +1,4 @@
-"""attnexp.machine: the record of what computed a run."""
+"""attnexp.runs.machine: the record of what computed a run."""
 
 import os
 import platform
@@ -9,7 +9,7 @@ import pytest
 import pytorch_lightning
 import torch
 
-from attnexp import machine
+from attnexp.runs import machine
 
 INTEL = """processor\t: 0
 vendor_id\t: GenuineIntel

@@ -8,8 +8,8 @@ from hydra import initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from attnexp.runs import hydra_subdir, new_run_name, resolve_run_dir
-from attnexp.sweeps import sweep_subdir
+from attnexp.runs.dirs import hydra_subdir, new_run_name, resolve_run_dir
+from attnexp.runs.sweeps import sweep_subdir
 
 
 def register_resolvers() -> None:

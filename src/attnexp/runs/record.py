@@ -14,8 +14,8 @@ from typing import Any
 
 import attnexp
 from attnexp.files import next_attempt, write_atomically
-from attnexp.machine import describe_machine
-from attnexp.runs import LAST_CKPT, METRICS_FILE
+from attnexp.runs.dirs import LAST_CKPT, METRICS_FILE
+from attnexp.runs.machine import describe_machine
 
 log = logging.getLogger(__name__)
 

@@ -19,24 +19,24 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import MisconfigurationException, SIGTERMException
 
-from attnexp.build import build, check_data_dir, resolved_data_dir
-from attnexp.config import register_resolvers
 from attnexp.data.base import changed_splits
 from attnexp.errors import ConfigError, message_lines, spawned_refusal
 from attnexp.files import TORCH_LOAD_ERRORS, checkpoint_value
-from attnexp.run_record import WORKER_KEYS, RunRecord
-from attnexp.runs import (
+from attnexp.runner.build import build, check_data_dir, resolved_data_dir
+from attnexp.runner.config import register_resolvers
+from attnexp.runner.trainer import check_settings, device_name, make_trainer, monitor_refusal
+from attnexp.runs.dirs import (
     LAST_CKPT,
     flat_config,
     holds_run,
     is_other_rank,
     override_arg,
 )
-from attnexp.sweeps import check_strategy
+from attnexp.runs.record import WORKER_KEYS, RunRecord
+from attnexp.runs.sweeps import check_strategy
 from attnexp.tasks import ClassificationTask
 from attnexp.tasks.callbacks import best_checkpoint_callback
 from attnexp.tasks.loggers import log_run_hparams
-from attnexp.trainer import check_settings, device_name, make_trainer, monitor_refusal
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from hydra.core.override_parser.types import Override, OverrideType
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from attnexp.config import package_configs
+from attnexp.runner.config import package_configs
 
 
 def _sets_a_key(override: Override, groups: Container[str]) -> bool:

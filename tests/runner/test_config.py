@@ -1,4 +1,4 @@
-"""attnexp.config: the resolvers conf/ uses, and Hydra's compose API over the package's configs."""
+"""attnexp.runner.config: the resolvers conf/ uses, and Hydra's compose API over the package's configs."""
 
 import pytest
 from conftest import CONF_DIR
@@ -6,7 +6,7 @@ from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from attnexp.config import package_configs
+from attnexp.runner.config import package_configs
 
 
 @pytest.fixture

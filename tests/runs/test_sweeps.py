@@ -11,11 +11,11 @@ from hydra.types import RunMode
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
-from attnexp import report, sweeps
-from attnexp.cli import plugin_installed
+from attnexp.cli.train import plugin_installed
 from attnexp.errors import ConfigError
-from attnexp.runs import hydra_subdir
-from attnexp.sweeps import FailedJobs, SweepDirGuard, check_strategy, sweep_subdir, swept_keys
+from attnexp.runs import report, sweeps
+from attnexp.runs.dirs import hydra_subdir
+from attnexp.runs.sweeps import FailedJobs, SweepDirGuard, check_strategy, sweep_subdir, swept_keys
 
 
 def test_sweep_with_a_failing_job_then_report(tmp_path):

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from cli_helpers import RUN_MODULES, run_counting_imports
 
-from attnexp import cli
-from attnexp.cli import missing_sweeper, summary
+from attnexp.cli import train
+from attnexp.cli.train import missing_sweeper, summary
 
 MATPLOTLIB = {"matplotlib"}  # the entry point draws nothing either
 
@@ -113,7 +113,7 @@ def test_the_summary_shows_the_test_and_validation_accuracies_in_natural_order()
 
 
 def test_a_search_given_with_a_plus_is_said_without_its_sweeper(monkeypatch):
-    monkeypatch.setattr(cli, "plugin_installed", lambda module: False)
+    monkeypatch.setattr(train, "plugin_installed", lambda module: False)
     (message,) = missing_sweeper(["seed=1", "+hparams_search=bag_optuna"])
     assert message.startswith("+hparams_search=bag_optuna runs on the Optuna sweeper")
     assert missing_sweeper(["seed=1"]) == []
@@ -121,10 +121,10 @@ def test_a_search_given_with_a_plus_is_said_without_its_sweeper(monkeypatch):
 
 def test_a_sweep_of_many_failed_jobs_never_exits_with_status_0(monkeypatch, capsys):
     """Exit statuses wrap at 256: 256 failed jobs would read as success."""
-    monkeypatch.setattr(cli, "main", lambda: None)
-    monkeypatch.setattr(cli, "FAILED_JOBS", [f"job{i}" for i in range(256)])
+    monkeypatch.setattr(train, "main", lambda: None)
+    monkeypatch.setattr(train, "FAILED_JOBS", [f"job{i}" for i in range(256)])
     with pytest.raises(SystemExit) as end:
-        cli.cli()
+        train.cli()
     assert end.value.code == 100
     assert "256 job(s) failed:" in capsys.readouterr().err
 

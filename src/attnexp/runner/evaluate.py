@@ -11,8 +11,11 @@ from pathlib import Path
 import pytorch_lightning as pl
 from omegaconf import DictConfig, OmegaConf
 
-from attnexp.build import build, check_data_dir, given, resolved_data_dir
-from attnexp.checkpoints import (
+from attnexp.data.base import AttnDataModule, changed_splits
+from attnexp.errors import ConfigError, require_seed
+from attnexp.runner.build import build, check_data_dir, given, resolved_data_dir
+from attnexp.runner.config import register_resolvers
+from attnexp.runner.load import (
     given_ckpt_path,
     load_run,
     load_weights,
@@ -21,13 +24,15 @@ from attnexp.checkpoints import (
     read_weights,
     run_settings_hint,
 )
-from attnexp.config import register_resolvers
-from attnexp.data.base import AttnDataModule, changed_splits
-from attnexp.errors import ConfigError, require_seed
-from attnexp.run_record import RunRecord
-from attnexp.runs import METRICS_FILE, override_key
-from attnexp.train import scalar_metrics
-from attnexp.trainer import TRAINER_REFUSALS, check_cpu_precision, device_name, refused_settings
+from attnexp.runner.train import scalar_metrics
+from attnexp.runner.trainer import (
+    TRAINER_REFUSALS,
+    check_cpu_precision,
+    device_name,
+    refused_settings,
+)
+from attnexp.runs.dirs import METRICS_FILE, override_key
+from attnexp.runs.record import RunRecord
 
 register_resolvers()
 

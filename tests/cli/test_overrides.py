@@ -4,7 +4,7 @@ where Hydra composes the command line or fails for another reason."""
 import pytest
 from cli_helpers import run_cli, run_counting_imports
 
-from attnexp.overrides import quote_equals_values, unknown_keys
+from attnexp.cli.overrides import quote_equals_values, unknown_keys
 
 
 @pytest.mark.parametrize(

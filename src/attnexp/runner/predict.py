@@ -14,8 +14,13 @@ import torch
 from hydra.utils import get_class
 from omegaconf import DictConfig
 
-from attnexp.build import build_model, check_config, instantiate_checked
-from attnexp.checkpoints import (
+from attnexp.data.base import AttnDataModule
+from attnexp.data.text import read_lines
+from attnexp.errors import ConfigError, require_bool, require_positive
+from attnexp.files import not_a_folder
+from attnexp.runner.build import build_model, check_config, instantiate_checked
+from attnexp.runner.config import register_resolvers
+from attnexp.runner.load import (
     given_ckpt_path,
     load_run,
     load_weights,
@@ -23,13 +28,8 @@ from attnexp.checkpoints import (
     read_weights,
     run_settings_hint,
 )
-from attnexp.config import register_resolvers
-from attnexp.data.base import AttnDataModule
-from attnexp.data.text import read_lines
-from attnexp.errors import ConfigError, require_bool, require_positive
-from attnexp.files import not_a_folder
-from attnexp.records import EVALUATE, Run, read_records
-from attnexp.runs import METRICS_FILE, holds_run, new_run_name, run_holding
+from attnexp.runs.collect import EVALUATE, Run, read_records
+from attnexp.runs.dirs import METRICS_FILE, holds_run, new_run_name, run_holding
 
 log = logging.getLogger(__name__)
 register_resolvers()

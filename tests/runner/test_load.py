@@ -7,7 +7,10 @@ import yaml
 from cli_helpers import run_cli
 from omegaconf import OmegaConf
 
-from attnexp.checkpoints import (
+from attnexp.cli.evaluate import summary
+from attnexp.errors import ConfigError
+from attnexp.runner.evaluate import evaluate
+from attnexp.runner.load import (
     apply_overrides,
     compose_command_cfg,
     find_checkpoint,
@@ -19,9 +22,6 @@ from attnexp.checkpoints import (
     run_dir_of,
     run_settings_hint,
 )
-from attnexp.errors import ConfigError
-from attnexp.evaluate import summary
-from attnexp.evaluation import evaluate
 
 
 @pytest.fixture

@@ -23,8 +23,8 @@ from attnexp.data.bag_mnist import BagMNISTDataModule
 from attnexp.data.batching import BucketBatchSampler
 from attnexp.data.imdb import IMDBDataModule
 from attnexp.data.lcqmc import LCQMCDataModule
-from attnexp.run_record import WORKER_KEYS, RunRecord
-from attnexp.runs import RunDirGuard
+from attnexp.runs.dirs import RunDirGuard
+from attnexp.runs.record import WORKER_KEYS, RunRecord
 from attnexp.tasks import ClassificationTask
 from attnexp.tasks.callbacks import EndSpawnedProcessGroup, EpochHistory
 

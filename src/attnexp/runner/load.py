@@ -1,7 +1,8 @@
 """Load a finished run back: its composed config, its Hydra choices, its checkpoints.
 
-Shared by evaluate and predict: their command lines (`attnexp.evaluate`, `attnexp.predict`) and
-their work (`attnexp.evaluation`, `attnexp.prediction`). A run dir (see `attnexp.runs`) holds
+Shared by evaluate and predict: their command lines (`attnexp.cli.evaluate`, `attnexp.cli.predict`)
+and their work (`attnexp.runner.evaluate`, `attnexp.runner.predict`). A run dir (see
+`attnexp.runs.dirs`) holds
 `.hydra/config.yaml` (the composed config, interpolations unresolved), `.hydra/hydra.yaml` (which
 group options were chosen) and `checkpoints/*.ckpt`.
 
@@ -22,10 +23,10 @@ import yaml
 from hydra import compose
 from omegaconf import DictConfig, OmegaConf
 
-from attnexp.config import package_configs
 from attnexp.errors import ConfigError, message_lines, require_seed
 from attnexp.files import TORCH_LOAD_ERRORS
-from attnexp.runs import LAST_CKPT, METRICS_FILE, RUN_CONFIG, override_key, run_holding
+from attnexp.runner.config import package_configs
+from attnexp.runs.dirs import LAST_CKPT, METRICS_FILE, RUN_CONFIG, override_key, run_holding
 
 if TYPE_CHECKING:
     import torch

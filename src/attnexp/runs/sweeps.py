@@ -18,7 +18,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from attnexp.errors import ConfigError
-from attnexp.runs import (
+from attnexp.runs.dirs import (
     METRICS_FILE,
     NO_RESUME,
     RESUME_KEY,

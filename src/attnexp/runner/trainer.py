@@ -12,10 +12,10 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
-from attnexp.build import instantiate_checked
-from attnexp.checkpoints import SEED_KEYS
 from attnexp.errors import ConfigError, require_seed
-from attnexp.run_record import RunRecord
+from attnexp.runner.build import instantiate_checked
+from attnexp.runner.load import SEED_KEYS
+from attnexp.runs.record import RunRecord
 from attnexp.tasks.callbacks import (
     EndSpawnedProcessGroup,
     EpochHistory,

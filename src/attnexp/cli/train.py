@@ -2,7 +2,7 @@
 
 Only Hydra and the config helpers are imported here, so what Hydra answers without running a job
 (`--help`, `--cfg job`, `--info`, shell completion, an unknown option or key) takes a fraction of
-a second. torch and Lightning come with `attnexp.train`, imported once a run starts.
+a second. torch and Lightning come with `attnexp.runner.train`, imported once a run starts.
 """
 
 import importlib.util
@@ -14,11 +14,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from attnexp.config import register_resolvers
+from attnexp.cli.overrides import quote_equals_values, unknown_keys
 from attnexp.errors import ConfigError, exit_with
-from attnexp.overrides import quote_equals_values, unknown_keys
-from attnexp.runs import is_other_rank, natural_key
-from attnexp.sweeps import FAILED_JOBS
+from attnexp.runner.config import register_resolvers
+from attnexp.runs.dirs import is_other_rank, natural_key
+from attnexp.runs.sweeps import FAILED_JOBS
 
 log = logging.getLogger(__name__)
 register_resolvers()
@@ -26,7 +26,7 @@ register_resolvers()
 
 @hydra.main(version_base="1.3", config_path="pkg://attnexp.conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    from attnexp.train import run  # torch and Lightning: not for what Hydra answers alone
+    from attnexp.runner.train import run  # torch and Lightning: not for what Hydra answers alone
 
     try:
         metrics = run(cfg)

@@ -27,19 +27,32 @@ from omegaconf import OmegaConf
 from torch.multiprocessing import ProcessRaisedException
 from torch.utils.data import DataLoader
 
-from attnexp import records
-from attnexp.build import build, check_data_dir
-from attnexp.checkpoints import compose_command_cfg, find_checkpoint, load_run
 from attnexp.errors import ConfigError, spawned_refusal
-from attnexp.evaluation import (
+from attnexp.runner.build import build, check_data_dir
+from attnexp.runner.evaluate import (
     check_same_data,
     evaluate,
     make_test_trainer,
     multi_process_test_note,
     run_overrides,
 )
-from attnexp.run_record import RunRecord
-from attnexp.runs import (
+from attnexp.runner.load import compose_command_cfg, find_checkpoint, load_run
+from attnexp.runner.train import (
+    best_score,
+    check_resume_data,
+    checkpoint_step,
+    draw_seed,
+    flatten_hparams,
+    one_line,
+    resume_step_of,
+    run_hparams,
+    scalar_metrics,
+    validation_at,
+    with_val_of,
+)
+from attnexp.runner.trainer import check_settings, device_name, monitor_refusal, purge_setting
+from attnexp.runs import collect
+from attnexp.runs.dirs import (
     RunDirGuard,
     check_new_dir,
     check_not_running,
@@ -54,21 +67,8 @@ from attnexp.runs import (
     run_holding,
     writer_alive,
 )
+from attnexp.runs.record import RunRecord
 from attnexp.tasks.callbacks import EpochHistory, FiniteLosses, moved_state
-from attnexp.train import (
-    best_score,
-    check_resume_data,
-    checkpoint_step,
-    draw_seed,
-    flatten_hparams,
-    one_line,
-    resume_step_of,
-    run_hparams,
-    scalar_metrics,
-    validation_at,
-    with_val_of,
-)
-from attnexp.trainer import check_settings, device_name, monitor_refusal, purge_setting
 
 
 def read(path: Path) -> dict:
@@ -745,7 +745,7 @@ def test_the_report_reads_the_seed_and_overrides_a_record_keeps(tmp_path):
     record = RunRecord(run_dir, seed=3, overrides=["scorer=dot", "trainer.max_epochs=2"])
     record.start()
     record.complete({"test/acc": 0.5})
-    run = records.load_run(run_dir / "metrics.json", tmp_path)  # the report's reader
+    run = collect.load_run(run_dir / "metrics.json", tmp_path)  # the report's reader
     assert (run.status, run.seed, run.metrics) == ("completed", 3, {"test/acc": 0.5})
     assert run.settings["scorer"] == "dot" and run.settings["trainer.max_epochs"] == "2"
 
@@ -1487,12 +1487,12 @@ def test_trainer_settings_lightning_refuses_are_said_before_loading(
     compose_cfg, tmp_path, monkeypatch, override, match
 ):
     """Were Hydra's 'Error in call to target ...Trainer' (no key to set), after the data load."""
-    import attnexp.train
+    import attnexp.runner.train
 
     def build(*args, **kwargs):
         raise AssertionError("the data were loaded before the trainer settings were checked")
 
-    monkeypatch.setattr(attnexp.train, "build", build)
+    monkeypatch.setattr(attnexp.runner.train, "build", build)
     with pytest.raises(ConfigError, match=match):
         tiny_run(compose_cfg, tmp_path, "trainer.accelerator=cpu", override)
 
@@ -1789,7 +1789,7 @@ def test_gpu_trainer_without_a_gpu(compose_cfg):
         ("pytorch_lightning.loggers.TensorBoardLogger", {"purge_step": 7}),
         ("attnexp.tasks.loggers.CSVLogger", {"purge_step": 7}),
         ("pytorch_lightning.loggers.WandbLogger", {}),  # not resumable: left as configured
-        ("attnexp.train.draw_seed", {}),  # a function (a logger factory, say), not a class
+        ("attnexp.runner.train.draw_seed", {}),  # a function (a logger factory, say), not a class
         ("nowhere.Logger", {}),  # instantiate() says what is wrong
     ],
 )

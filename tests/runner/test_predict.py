@@ -16,10 +16,10 @@ from imdb_data import TINY_MODEL, train_in_process, write_imdb
 from lcqmc_data import write_lcqmc
 from omegaconf import OmegaConf
 
-from attnexp.build import build
-from attnexp.checkpoints import load_run, load_run_config, longer_than_trained
+from attnexp.cli.predict import main, split_args
 from attnexp.data.text_classification import TextClassificationDataModule
-from attnexp.predict import main, split_args
+from attnexp.runner.build import build
+from attnexp.runner.load import load_run, load_run_config, longer_than_trained
 
 SHORT_TRAINING = (
     "trainer.max_epochs=1",
@@ -731,16 +731,16 @@ def test_mhsa_scores_analysis_recomputes_the_models_own_weights(run_dir, tmp_pat
 def test_a_comparison_reads_its_texts_file_once(runs_folder, capsys, tmp_path, monkeypatch):
     """Every run gets the lines read once; a file that cannot be read is said as such, not as
     the first run's refusal."""
-    import attnexp.prediction
+    import attnexp.runner.predict
 
     reads = []
-    original = attnexp.prediction.read_lines
+    original = attnexp.runner.predict.read_lines
 
     def counted(*args):
         reads.append(args)
         return original(*args)
 
-    monkeypatch.setattr(attnexp.prediction, "read_lines", counted)
+    monkeypatch.setattr(attnexp.runner.predict, "read_lines", counted)
     texts = tmp_path / "texts.txt"
     texts.write_text("a great film\n")
     args = [f"ckpt_path={runs_folder}", f"texts_file={texts}", "figures=false"]

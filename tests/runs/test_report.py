@@ -1,4 +1,4 @@
-"""attnexp.records and attnexp.report on hand-written run records: no training, so each test runs
+"""attnexp.runs.collect and attnexp.runs.report on hand-written run records: no training, so each
 in well under a second."""
 
 import csv
@@ -14,8 +14,9 @@ from cli_helpers import RUN_MODULES, run_counting_imports
 from matplotlib.figure import Figure
 from omegaconf import OmegaConf
 
-from attnexp import records, report
-from attnexp.runs import natural_key
+from attnexp.cli.report import main as report_main
+from attnexp.runs import collect, report
+from attnexp.runs.dirs import natural_key
 from attnexp.viz.report import plot_bag_sizes, plot_val_curves
 
 
@@ -183,7 +184,7 @@ def test_plots_written(sweep):
     for key in ("val_acc", "bag_size"):
         assert written[key].stat().st_size > 1000
         assert written[key].read_bytes()[:4] == b"\x89PNG"
-    curves = report.bag_size_curves(records.find_runs(sweep))
+    curves = report.bag_size_curves(collect.find_runs(sweep))
     assert sorted(curves["scorer=dot"]) == [1, 3, 6]
     assert curves["scorer=dot"][1] == pytest.approx([0.92, 0.94])
 
@@ -226,7 +227,7 @@ def test_a_record_that_is_not_an_object_and_an_out_that_is_a_file(sweep, tmp_pat
     rows = list(csv.DictReader(written["csv"].open()))
     assert rows[-1]["status"] == "unreadable"
     (tmp_path / "afile").write_text("x")
-    assert report.main([str(sweep), "--out", str(tmp_path / "afile")]) == 2
+    assert report_main([str(sweep), "--out", str(tmp_path / "afile")]) == 2
     err = capsys.readouterr().err
     assert (
         f"error: --out {tmp_path / 'afile'}: {tmp_path / 'afile'} is a file, so the report" in err
@@ -237,13 +238,13 @@ def test_a_report_never_replaces_the_report_of_other_runs(sweep, tmp_path, capsy
     other = tmp_path / "other"
     write_run(other, "0_seed=0", metrics=bag_metrics(0.7), history=curve(0.7))
     out = tmp_path / "reports"
-    assert report.main([str(sweep), "--out", str(out)]) == 0
+    assert report_main([str(sweep), "--out", str(out)]) == 0
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    assert report.main([str(other), "--out", str(out)]) == 2
+    assert report_main([str(other), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert f"--out {out} holds the report of {sweep}, which this report of {other} would" in err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    assert report.main([str(sweep), "--out", str(out)]) == 0  # the same runs: refreshed
+    assert report_main([str(sweep), "--out", str(out)]) == 0  # the same runs: refreshed
 
 
 def test_an_out_holding_a_report_md_of_its_own_is_never_replaced(sweep, tmp_path, capsys):
@@ -251,7 +252,7 @@ def test_an_out_holding_a_report_md_of_its_own_is_never_replaced(sweep, tmp_path
     out = tmp_path / "notes"
     out.mkdir()
     (out / "report.md").write_text("My notes\n")
-    assert report.main([str(sweep), "--out", str(out)]) == 2
+    assert report_main([str(sweep), "--out", str(out)]) == 2
     assert f"--out {out} holds the report of other runs, which" in capsys.readouterr().err
     assert (out / "report.md").read_text() == "My notes\n"
 
@@ -264,17 +265,17 @@ def test_a_folder_of_evaluations_only_says_so(tmp_path):
 
 def test_single_run_dir_and_cli(tmp_path, capsys):
     run_dir = write_run(tmp_path, "runs/only", metrics=bag_metrics(0.9), history=curve(0.8, 0.9))
-    assert report.main([str(run_dir)]) == 0
+    assert report_main([str(run_dir)]) == 0
     out = capsys.readouterr().out
     assert "| only | completed |" in out
     assert "not completed" not in out  # said only where a run did not complete
     assert "Evaluation records" not in out  # said only where there are some
-    assert report.main([str(tmp_path / "empty_nonexistent")]) == 2
+    assert report_main([str(tmp_path / "empty_nonexistent")]) == 2
     assert f"error: {tmp_path / 'empty_nonexistent'} is not a directory" in (
         capsys.readouterr().err
     )
     (tmp_path / "empty").mkdir()
-    assert report.main([str(tmp_path / "empty")]) == 2
+    assert report_main([str(tmp_path / "empty")]) == 2
     assert "no metrics.json" in capsys.readouterr().err
 
 
@@ -294,7 +295,7 @@ def test_folder_of_symlinks_to_runs(sweep, tmp_path):
     for name in ("0_scorer=dot,seed=0", "2_scorer=additive,seed=0"):
         (picked / name).symlink_to(sweep / name, target_is_directory=True)
     (picked / "loop").symlink_to(picked, target_is_directory=True)  # a cycle is walked once
-    runs = records.find_runs(picked)
+    runs = collect.find_runs(picked)
     assert sorted(r.name for r in runs) == ["0_scorer=dot,seed=0", "2_scorer=additive,seed=0"]
 
 
@@ -320,7 +321,7 @@ def test_evaluation_records_listed_apart(sweep, capsys):
     text = written["markdown"].read_text()
     assert "6 runs:" in text and "## Evaluation records (1, not counted as runs)" in text
     assert "| evals/e0 | completed | /runs/r0 |" in text
-    assert report.main([str(sweep / "evals")]) == 2
+    assert report_main([str(sweep / "evals")]) == 2
     assert "no metrics.json of a training run" in capsys.readouterr().err
 
 
@@ -400,7 +401,7 @@ def test_the_recorded_absolute_data_dir_tells_local_data_apart(tmp_path):
 def test_local_data_whose_dir_is_recorded_nowhere_is_said_as_local(tmp_path):
     """No data_dir in the record, the config or the overrides: `local`, not `local:None`."""
     write_run(tmp_path, "r0", data_source="local", metrics={"test/acc": 0.9})
-    (run,) = records.find_runs(tmp_path)
+    (run,) = collect.find_runs(tmp_path)
     assert run.settings["data_source"] == "local"
     assert "Data: local." in report.write_report(tmp_path)["markdown"].read_text()
 
@@ -416,7 +417,7 @@ def test_a_value_typed_two_ways_is_one_variant(tmp_path):
             metrics={"test/acc": 0.8, "test/loss": 1},  # a JSON integer is a metric too
             config={"optimizer": {"lr": 0.001}, "seed": seed},
         )
-    runs = records.find_runs(tmp_path)
+    runs = collect.find_runs(tmp_path)
     assert [r.variant for r in runs] == [{}, {}]
     assert [r.settings["optimizer.lr"] for r in runs] == ["0.001", "0.001"]
     assert [r.metrics["test/loss"] for r in runs] == [1.0, 1.0]
@@ -459,7 +460,7 @@ def test_repeated_seed_counts_once_in_the_bag_size_and_val_plots(tmp_path):
             tmp_path, name, seed=seed, metrics=bag_metrics(acc), started_at=started,
             history=curve(acc),
         )  # fmt: skip
-    runs = records.find_runs(tmp_path)
+    runs = collect.find_runs(tmp_path)
     (curve_,) = report.bag_size_curves(runs).values()
     assert curve_[1] == pytest.approx([0.72, 0.82])  # b and c; a repeats b's seed
     (lines,) = report.val_curves(runs).values()  # the curves too (the legend said n=3)
@@ -517,7 +518,7 @@ def test_explicit_default_is_the_same_variant_as_the_implicit_one(tmp_path):
         {"hydra": {"runtime": {"choices": {**choices, "hydra/launcher": "basic"}}}},
         failed / ".hydra" / "hydra.yaml",
     )
-    runs = records.find_runs(tmp_path)
+    runs = collect.find_runs(tmp_path)
     assert [r.variant for r in runs] == [
         {"scorer": s} for s in ("dot", "additive") + ("additive",) * 2
     ]
@@ -537,18 +538,18 @@ def test_settings_are_shown_as_typed_on_a_command_line(tmp_path):
             metrics={"test/acc": 0.8},
             config={"model": {"pooled_norm": norm}, "seed": seed},
         )
-    runs = records.find_runs(tmp_path)
+    runs = collect.find_runs(tmp_path)
     assert [r.variant for r in runs] == [{"model.pooled_norm": v} for v in ("true", "false")]
     for seed in (0, 1):
         config = {"model": {"hidden_size": 8}, **({"extra": {}} if seed else {})}
         write_run(tmp_path / "same", f"s{seed}", seed=seed, config=config)
-    assert [r.variant for r in records.find_runs(tmp_path / "same")] == [{}, {}]
+    assert [r.variant for r in collect.find_runs(tmp_path / "same")] == [{}, {}]
 
 
 def test_a_tie_in_start_time_counts_the_last_listed(tmp_path):
     for name in ("a_first", "b_second"):  # no started_at recorded: a tie
         write_run(tmp_path, name, seed=0, metrics={"test/acc": 0.8})
-    runs = records.find_runs(tmp_path)
+    runs = collect.find_runs(tmp_path)
     assert [r.repeat_of for r in runs] == ["b_second", ""]
 
 
@@ -571,7 +572,7 @@ def test_a_run_resumed_to_train_longer_is_not_averaged_with_shorter_ones(tmp_pat
         (resumed / ".hydra" / attempt).mkdir()
         config = {"seed": 2, "trainer": {"max_epochs": epochs}}
         OmegaConf.save(config, resumed / ".hydra" / attempt / "config.yaml")
-    runs = {run.name: run.variant for run in records.find_runs(tmp_path)}
+    runs = {run.name: run.variant for run in collect.find_runs(tmp_path)}
     assert runs == {
         "seed0": {"trainer.max_epochs": "1"},
         "seed1": {"trainer.max_epochs": "1"},
@@ -664,7 +665,7 @@ def test_runs_of_other_configs_are_never_averaged_nor_counted_as_repeats(tmp_pat
     for seed, lr, acc in ((0, 0.001, 0.9), (1, 0.001, 0.92), (0, 0.5, 0.5), (1, 0.5, 0.52)):
         config = {"seed": seed, "optimizer": {"lr": lr}, "paths": {"log_dir": f"/x/{seed}"}}
         write_run(tmp_path, f"lr{lr}_s{seed}", seed=seed, metrics=bag_metrics(acc), config=config)
-    runs = records.find_runs(tmp_path)
+    runs = collect.find_runs(tmp_path)
     assert {r.variant_label for r in runs} == {"optimizer.lr=0.001", "optimizer.lr=0.5"}
     assert not any(r.repeat_of for r in runs)  # paths and seed never split a variant
 
@@ -685,14 +686,14 @@ def test_a_run_made_before_a_key_was_listed_is_one_variant_with_the_runs_made_si
             metrics=bag_metrics(0.8 + seed / 10),
             config=config,
         )
-    runs = {r.name: r for r in records.find_runs(tmp_path)}
+    runs = {r.name: r for r in collect.find_runs(tmp_path)}
     assert runs["old"].variant == runs["new"].variant == {"model.attn_norm": "none"}
     assert runs["layer"].variant == {"model.attn_norm": "layer"}
     assert "| none | 1,0 | 2/2 |" in report.write_report(tmp_path)["markdown"].read_text()
     # a node of another target lacking a key of that name is not filled
     config = {"model": {"_target_": "attnexp.models.lstm.LSTMAttention"}}
     write_run(tmp_path / "other", "run", config=config)
-    assert "attn_norm" not in records.find_runs(tmp_path / "other")[0].config.model
+    assert "attn_norm" not in collect.find_runs(tmp_path / "other")[0].config.model
 
 
 def test_runs_on_changed_data_files_are_never_averaged(tmp_path):
@@ -709,7 +710,7 @@ def test_runs_on_changed_data_files_are_never_averaged(tmp_path):
     write_run(
         tmp_path, "old", seed=3, metrics=bag_metrics(0.9), data_source="local", data_dir="/data"
     )
-    labels = {r.name: r.variant_label for r in records.find_runs(tmp_path)}
+    labels = {r.name: r.variant_label for r in collect.find_runs(tmp_path)}
     assert labels["s0"] == labels["s1"] == "data_hash=1111aaaa"
     assert labels["s2"] == "data_hash=2222bbbb"
     assert labels["old"] == "data_hash=-"  # recorded before the hash: not taken for either
@@ -751,16 +752,16 @@ def test_files_in_a_runs_own_subfolders_are_never_runs(tmp_path):
     """checkpoints/, tb/, .hydra/ ... hold no run records: a metrics.json copied there (or
     another tool's) is no run inside the run."""
     run_dir = write_run(tmp_path, "r0", metrics={"test/acc": 0.7})
-    for folder in records.SKIP_DIRS:
+    for folder in collect.SKIP_DIRS:
         (run_dir / folder).mkdir(exist_ok=True)
         (run_dir / folder / "metrics.json").write_text((run_dir / "metrics.json").read_text())
-    assert [r.name for r in records.find_runs(tmp_path)] == ["r0"]
+    assert [r.name for r in collect.find_runs(tmp_path)] == ["r0"]
 
 
 def test_an_unreadable_record_does_not_make_every_setting_a_column(sweep):
     (sweep / "9_broken").mkdir()
     (sweep / "9_broken" / "metrics.json").write_text("{")
-    runs = records.find_runs(sweep)
+    runs = collect.find_runs(sweep)
     assert {tuple(r.variant) for r in runs} == {("scorer",)}
 
 
@@ -833,7 +834,7 @@ def test_sample_and_hub_data_are_named_so_whatever_data_dir_the_config_holds(tmp
             tmp_path, f"r{seed}", seed=seed, data_source=source, metrics={"test/acc": 0.7},
             config=config,
         )  # fmt: skip
-    runs = records.find_runs(tmp_path)
+    runs = collect.find_runs(tmp_path)
     assert [r.settings["data_source"] for r in runs] == ["sample", "hub", "sample"]
     labels = [r.variant_label for r in runs]
     assert labels == [f"data_source={source}" for source in ("sample", "hub", "sample")]
@@ -846,7 +847,7 @@ def test_a_run_without_a_config_beside_runs_whose_configs_differ(tmp_path):
         config = {"seed": seed, "model": {"hidden_size": 8}, "optimizer": {"lr": lr}}
         write_run(tmp_path, f"lr{lr}", seed=seed, metrics={"test/acc": 0.9}, config=config)
     write_run(tmp_path, "no_config", "failed", seed=2)
-    runs = {r.name: r.variant for r in records.find_runs(tmp_path)}
+    runs = {r.name: r.variant for r in collect.find_runs(tmp_path)}
     assert runs == {
         "lr0.001": {"optimizer.lr": "0.001"},
         "lr0.5": {"optimizer.lr": "0.5"},
@@ -859,7 +860,7 @@ def test_variants_whose_configs_are_not_recorded_are_never_said_to_be_one_config
     their config: the scorer variants of the sweep are not "one config under 3 names"."""
     text = report.write_report(sweep)["markdown"].read_text()
     assert "One config under" not in text
-    assert records.same_config_variants(records.find_runs(sweep)) == []
+    assert collect.same_config_variants(collect.find_runs(sweep)) == []
 
 
 def test_runs_are_listed_in_natural_order_of_their_dirs(tmp_path):
@@ -878,7 +879,7 @@ def test_a_run_linked_twice_is_one_run(sweep, tmp_path):
     picked.mkdir()
     for link in ("b", "a"):
         (picked / link).symlink_to(sweep / "0_scorer=dot,seed=0", target_is_directory=True)
-    (run,) = records.find_runs(picked)
+    (run,) = collect.find_runs(picked)
     assert run.name == "a" and not run.repeat_of
 
 
@@ -886,8 +887,8 @@ def test_a_run_without_hydra_files_is_read_without_a_warning(tmp_path, caplog):
     """No .hydra/ (a run copied without it, an older record) is nothing to warn of: a warning
     per run buried the ones that matter."""
     write_run(tmp_path, "r0", metrics={"test/acc": 0.7})
-    with caplog.at_level("WARNING", logger="attnexp.records"):
-        (run,) = records.find_runs(tmp_path)
+    with caplog.at_level("WARNING", logger="attnexp.runs.collect"):
+        (run,) = collect.find_runs(tmp_path)
     assert run.config is None and caplog.records == []
 
 

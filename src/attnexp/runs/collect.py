@@ -16,8 +16,14 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from attnexp.machine import NOT_RECORDED, machine_label
-from attnexp.runs import METRICS_FILE, flat_config, natural_key, with_listed_later, writer_alive
+from attnexp.runs.dirs import (
+    METRICS_FILE,
+    flat_config,
+    natural_key,
+    with_listed_later,
+    writer_alive,
+)
+from attnexp.runs.machine import NOT_RECORDED, machine_label
 
 log = logging.getLogger(__name__)
 
