@@ -51,7 +51,7 @@ def make_model(dm: BagMNISTDataModule, hidden: int) -> BagAttention:
         hidden_size=hidden,
         attention="context",
         scorer=AdditiveScorer,
-        pooled_norm=None,  # as conf/model/bag_attn.yaml: the book's head (BatchNorm first)
+        pooled_norm=True,  # as conf/model/bag_attn.yaml: the book's head (BatchNorm first)
     )
 
 
@@ -72,7 +72,7 @@ def plain_loop(dm: BagMNISTDataModule, model: torch.nn.Module, args: argparse.Na
     timed = benchkit.PlainWindow(args.warmup, args.batches, args.device)
     for batch in timed.window(dm.train_dataloader(), prepare):
         with benchkit.autocast(args):
-            logits = model(items=batch["items"], mask=batch["mask"])
+            logits = model(items=batch["items"], mask=batch["mask"]).logits
             loss = F.cross_entropy(logits, batch["labels"])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

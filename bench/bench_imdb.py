@@ -59,7 +59,7 @@ def plain_segment(dm, vocab_size, batches, warmup, args) -> float:
         dm.train_dataloader(), lambda batch: benchkit.to_device(batch, args.device)
     ):
         with benchkit.autocast(args):
-            logits = model(batch["input_ids"], batch["mask"])
+            logits = model(batch["input_ids"], batch["mask"]).logits
             loss = F.cross_entropy(logits, batch["labels"])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -62,7 +62,7 @@ def plain_loop(model, batches: list[dict], args: argparse.Namespace) -> float:
     for batch in timed.window(loader, lambda batch: benchkit.to_device(batch, args.device)):
         inputs, labels = split_batch(batch)
         with benchkit.autocast(args):
-            loss = F.cross_entropy(model(**inputs), labels)
+            loss = F.cross_entropy(model(**inputs).logits, labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

@@ -144,7 +144,7 @@ class BareTask(pl.LightningModule):
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         inputs, labels = split_batch(batch)
-        return F.cross_entropy(self.model(**inputs), labels)
+        return F.cross_entropy(self.model(**inputs).logits, labels)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.optimizer_factory(self.model.parameters())

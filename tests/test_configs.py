@@ -155,6 +155,7 @@ def test_every_conf_folder_is_a_listed_package():
     assert folders - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
 
 
+@pytest.mark.e2e
 def test_a_wheel_ships_every_yaml_and_sample_and_composes_from_them(tmp_path):
     """`pip install .` (not editable): the wheel holds conf/ as attnexp.conf and the samples, and
     Hydra finds the configs in the installed package, with no checkout in sight."""
@@ -256,8 +257,9 @@ def test_every_model_ignores_padded_content(tiny_root, model):
     torch.manual_seed(0)
     net = task.model.eval()
     with torch.no_grad():
-        logits, attention = net(**with_padding_filled(inputs, 0), return_attention=True)
-        assert torch.allclose(net(**with_padding_filled(inputs, 1)), logits, atol=1e-5)
+        output = net(**with_padding_filled(inputs, 0), return_attention=True)
+        logits, attention = output.logits, output.attention
+        assert torch.allclose(net(**with_padding_filled(inputs, 1)).logits, logits, atol=1e-5)
     if torch.is_tensor(attention) and attention.shape == inputs["mask"].shape:
         assert (attention[~inputs["mask"]] == 0).all()
 
@@ -349,3 +351,72 @@ def test_the_nndl_imdb_rows_set_the_chapters_settings(compose_cfg, row, model, s
         assert cfg.model.query_init == "uniform"  # the chapter's U(-0.5, 0.5) query
     if model == "lstm_mhsa":
         assert cfg.model.heads == 8 and 2 * cfg.model.hidden_size == 256  # 8 heads, 256 wide
+
+
+# What reads a tensor's value back to the host: on CUDA each one waits for the GPU (a sync).
+READ_BACKS = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__")
+
+
+def train_steps(task, optimizer, batches: list[dict]) -> None:
+    """Training steps as ClassificationTask takes them (forward, loss, stats update), then
+    backward and the optimizer's step."""
+    for batch in batches:
+        loss = task._shared_step(batch, task.train_stats)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+
+def first_batches(datamodule, device: str, count: int = 2) -> list[dict]:
+    batches = []
+    for batch in datamodule.train_dataloader():
+        batch = {k: v.to(device) for k, v in batch.items()}
+        batches.append(datamodule.on_after_batch_transfer(batch, 0))
+        if len(batches) == count:
+            return batches
+    return batches
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_model_steps_without_reading_tensors_back(tiny_root, model, monkeypatch):
+    """The CPU stand-in for the CUDA test below: a training step (forward, loss, stats, backward)
+    calls none of the methods that read a value back to the host, which on CUDA each stall the
+    step until the GPU catches up. (The optimizer's step is left out: torch's Adam reads its
+    step counter, a CPU tensor, with .item(), which syncs nothing.)"""
+    cfg = compose_in(tiny_root, f"model={model}", "data.batch_size=8")
+    datamodule, task = build(cfg, dict(cfg.hydra.runtime.choices))
+    datamodule.setup("fit")
+    batches = first_batches(datamodule, "cpu")
+    task.train()
+
+    def refuse(name):
+        def read_back(self, *args, **kwargs):
+            raise AssertionError(f"Tensor.{name} in a training step ({model})")
+
+        return read_back
+
+    with monkeypatch.context() as patched:
+        for name in READ_BACKS:
+            patched.setattr(torch.Tensor, name, refuse(name))
+        for batch in batches:
+            task._shared_step(batch, task.train_stats).backward()
+
+
+@pytest.mark.parametrize("model", [pytest.param(m, marks=ON_GPU) for m in MODELS])
+def test_every_model_trains_on_cuda_without_host_sync(tiny_root, model):
+    """A few training steps of each model (its batches on the GPU first, as Lightning puts them),
+    with torch.cuda.set_sync_debug_mode("error"): any device sync inside a step raises."""
+    cfg = compose_in(tiny_root, f"model={model}", "data.batch_size=8")
+    datamodule, task = build(cfg, dict(cfg.hydra.runtime.choices))
+    datamodule.setup("fit")
+    task = task.cuda().train()
+    batches = first_batches(datamodule, "cuda", count=3)
+    optimizer = task.build_optimizer()
+    train_steps(task, optimizer, batches[:1])  # the first step allocates the optimizer state
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        train_steps(task, optimizer, batches[1:])
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert int(task.train_stats.update_count) == 3

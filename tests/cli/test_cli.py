@@ -9,7 +9,7 @@ import pytest
 from cli_helpers import RUN_MODULES, run_counting_imports
 
 from attnexp.cli import train
-from attnexp.cli.train import missing_sweeper, summary
+from attnexp.cli.train import missing_sweeper, run_summary
 
 MATPLOTLIB = {"matplotlib"}  # the entry point draws nothing either
 
@@ -104,7 +104,7 @@ def test_the_console_script_is_the_same_entry(tmp_path):
 
 def test_the_summary_shows_the_test_and_validation_accuracies_in_natural_order():
     metrics = {"test/acc_bag10": 0.7, "test/acc_bag2": 0.9, "val/acc": 0.8, "val/loss": 0.3}
-    assert summary(metrics, "runs/x").splitlines() == [
+    assert run_summary(metrics, "runs/x").splitlines() == [
         "run dir: runs/x",
         "  test/acc_bag2            0.9000",
         "  test/acc_bag10           0.7000",

@@ -23,6 +23,7 @@ from attnexp.data.bag_mnist import BagMNISTDataModule
 from attnexp.data.batching import BucketBatchSampler
 from attnexp.data.imdb import IMDBDataModule
 from attnexp.data.lcqmc import LCQMCDataModule
+from attnexp.models import ModelOutput
 from attnexp.runs.dirs import RunDirGuard
 from attnexp.runs.record import WORKER_KEYS, RunRecord
 from attnexp.tasks import ClassificationTask
@@ -322,6 +323,18 @@ def test_relaunching_strategy_single_run_end_to_end(tmp_path):
     assert result.stdout.count("  val/acc_best ") == 1  # rank 1 prints no second summary
 
 
+class TinyLinear(torch.nn.Module):
+    """4 features -> 3 classes, with the models' contract (a ModelOutput); at module level, so
+    ddp_spawn's workers can unpickle it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 3)
+
+    def forward(self, input: torch.Tensor) -> ModelOutput:
+        return ModelOutput(self.layer(input))
+
+
 def test_notes_of_a_spawned_test_reach_the_record(tmp_path, monkeypatch):
     """Under ddp_spawn (trainer=ddp_cpu) the task that tests is a worker's copy, so its notes
     (here: a test set of one class) reach the run through the record, not the main's task."""
@@ -339,7 +352,7 @@ def test_notes_of_a_spawned_test_reach_the_record(tmp_path, monkeypatch):
         callbacks=[EpochHistory(record), EndSpawnedProcessGroup()],
     )
     one = [{"input": torch.randn(5, 4), "labels": torch.full((5,), 2)} for _ in range(4)]
-    task = ClassificationTask(torch.nn.Linear(4, 3), 3, torch.optim.Adam)
+    task = ClassificationTask(TinyLinear(), 3, torch.optim.Adam)
     trainer.test(task, dataloaders=DataLoader(one, batch_size=None), verbose=False)
     assert task.notes == []  # the main process's task never tested
     record.reload(*WORKER_KEYS)

@@ -7,12 +7,12 @@ import yaml
 from cli_helpers import run_cli
 from omegaconf import OmegaConf
 
-from attnexp.cli.evaluate import summary
+from attnexp.cli.compose import compose_command_cfg
+from attnexp.cli.evaluate import evaluation_summary
 from attnexp.errors import ConfigError
 from attnexp.runner.evaluate import evaluate
 from attnexp.runner.load import (
     apply_overrides,
-    compose_command_cfg,
     find_checkpoint,
     given_ckpt_path,
     load_choices,
@@ -240,52 +240,6 @@ def test_a_folder_inside_a_run_stands_for_the_run(run_dir):
     )
 
 
-@pytest.mark.parametrize(
-    ("command", "overrides", "message"),
-    [
-        (
-            "evaluate",
-            ["ckpt_path=x", "data.batch_size=512"],
-            r"^evaluate: data.batch_size=512 is not a setting of evaluate \(its own: ckpt_path, "
-            r"overrides, seed, trainer.\*, paths.\*\); a setting of the run goes inside "
-            r"overrides: 'overrides=\[\"data.batch_size=512\"\]'$",
-        ),
-        ("evaluate", ["+data.batch_size=512"], r"'overrides=\[\"data.batch_size=512\"\]'$"),
-        ("evaluate", ["model=lstm_attn"], r"model=lstm_attn is not a setting of evaluate \(.*\)$"),
-        (  # it said to put it in overrides=[...], where the run's trainer.* change nothing
-            "evaluate",
-            ["trainer.strategy=ddp_spawn"],
-            r"trainer.strategy=ddp_spawn is not a setting of evaluate .*; evaluate tests with its "
-            r"own trainer settings \(trainer.accelerator, trainer.devices, .*\), not the run's$",
-        ),
-        ("predict", ["trainer.devices=2"], r"; predict runs no Trainer \(it runs the model on"),
-        (
-            "evaluate",
-            ["overrides=data.batch_size=512"],
-            r"overrides takes a list, write 'overrides=\[\"data.batch_size=512\"\]'",
-        ),
-        ("evaluate", ["overrides=data.batch_size"], "overrides takes a list"),
-        ("predict", ["no_such_key=1"], r"^predict: no_such_key=1 is not a setting of predict"),
-        ("evaluate", ["seed=1,2"], r"^evaluate: Ambiguous value for argument 'seed=1,2'$"),
-        (  # Hydra's parser alone said "no viable alternative at input '[data.batch_size='"
-            "evaluate",
-            ["overrides=[data.batch_size=0]"],
-            r"no viable alternative .* \(overrides=\[data.batch_size=0\]: quote each setting, "
-            r"'overrides=\[\"key=value\", ...\]'\)$",
-        ),
-        (  # the hint is about overrides=, whatever comes before it
-            "evaluate",
-            ["ckpt_path=x", "overrides=[data.batch_size=0]"],
-            r"\(overrides=\[data.batch_size=0\]: quote each setting, ",
-        ),
-    ],
-)
-def test_command_line_overrides_are_said_in_one_line(command, overrides, message):
-    with pytest.raises(ConfigError, match=message) as err:
-        compose_command_cfg(command, overrides)
-    assert "\n" not in str(err.value) and "use +" not in str(err.value)
-
-
 def test_errors_about_run_settings_say_where_they_go():
     """evaluate and predict take a run's settings inside overrides=[...]: an error naming one
     (data.x=...) says so, and is still a ConfigError."""
@@ -297,14 +251,6 @@ def test_errors_about_run_settings_say_where_they_go():
     )
     with run_settings_hint("evaluate"):
         pass  # nothing raised: nothing said
-
-
-def test_run_settings_go_inside_overrides():
-    cfg = compose_command_cfg("evaluate", ['overrides=["data.batch_size=512"]', "seed=3"])
-    assert list(cfg.overrides) == ["data.batch_size=512"] and cfg.seed == 3
-    # Hydra's own settings are not the run's: adding one is Hydra's business
-    cfg = compose_command_cfg("predict", ["ckpt_path=x", "+hydra.job.env_set.FOO=1"])
-    assert cfg.ckpt_path == "x"
 
 
 def test_evaluate_never_writes_into_the_run_dir(run_dir):
@@ -335,7 +281,7 @@ def test_evaluate_summary_shows_every_test_metric():
         "metrics": {"test/loss": 0.7, "test/acc_bag10": 0.5, "test/acc_bag2": 0.25, "test/f1": 0.5},
         "run_metrics": {"test/loss": 0.6875, "test/acc_bag2": 0.25, "val/acc": 1.0},
     }
-    lines = summary(data, Path("evals/x")).splitlines()[3:]
+    lines = evaluation_summary(data, Path("evals/x")).splitlines()[3:]
     assert [line.split() for line in lines] == [
         ["test/acc_bag2", "0.2500", "0.2500"],
         ["test/acc_bag10", "0.5000", "-"],
@@ -349,10 +295,10 @@ def test_evaluate_summary_shows_every_test_metric():
         "ckpt": "run/checkpoints/last.ckpt",
         "run_metrics_ckpt": "checkpoints/best.ckpt",
     }
-    assert summary(other, Path("evals/x")).splitlines()[2] == (
+    assert evaluation_summary(other, Path("evals/x")).splitlines()[2] == (
         "run:        the run's own test of its best checkpoint, checkpoints/best.ckpt"
     )
     # a run metric of 0 is a value, not a missing one
     zero = {**data, "run_metrics": {"test/loss": 0.0}}
-    last = summary(zero, Path("evals/x")).splitlines()[-1]
+    last = evaluation_summary(zero, Path("evals/x")).splitlines()[-1]
     assert last.split() == ["test/loss", "0.7000", "0.0000"]

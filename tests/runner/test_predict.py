@@ -17,7 +17,7 @@ from lcqmc_data import write_lcqmc
 from omegaconf import OmegaConf
 
 from attnexp.cli.predict import main, split_args
-from attnexp.data.text_classification import TextClassificationDataModule
+from attnexp.predictors import TokenPredictor
 from attnexp.runner.build import build
 from attnexp.runner.load import load_run, load_run_config, longer_than_trained
 
@@ -422,31 +422,6 @@ def test_a_longer_max_seq_len_than_trained_is_said(pair_run_dir, capsys, tmp_pat
     assert longer_than_trained(pair_run_dir, load_run_config(pair_run_dir)) is None
 
 
-def test_a_match_feature_run_from_before_unk_matches_says_which_rule(tmp_path, capsys):
-    """model.unk_matches came after runs with the exact-match feature were made, and the two rules
-    give different numbers for one checkpoint: such a run's config (the key removed, as it was
-    saved then) is refused with the override to give, and rebuilt with it gives the run's answer."""
-    train_pair_run(tmp_path, "experiment=nndl_lcqmc_tuned")
-    pair = ["text_a=电脑怎么录像", "text_b=如何录视频"]
-    rc, today, err = predict(
-        capsys, f"ckpt_path={tmp_path / 'run'}", *pair, f"out_dir={tmp_path / 'a'}"
-    )
-    assert rc == 0, today + err
-    old = tmp_path / "old"
-    shutil.copytree(tmp_path / "run", old)
-    saved = old / ".hydra" / "config.yaml"
-    run_cfg = OmegaConf.load(saved)
-    del run_cfg.model["unk_matches"]
-    OmegaConf.save(run_cfg, saved)
-    rc, _, err = predict(capsys, f"ckpt_path={old}", *pair, f"out_dir={tmp_path / 'b'}")
-    assert rc != 0 and re.search(r"needs model.unk_matches.*before commit 40b6d93", err), err
-    rule = 'overrides=["+model.unk_matches=false"]'
-    rc, rebuilt, _ = predict(capsys, f"ckpt_path={old}", *pair, rule, f"out_dir={tmp_path / 'c'}")
-    assert rc == 0
-    rows = [json.loads((tmp_path / d / "predictions.jsonl").read_text()) for d in "ac"]
-    assert rows[0]["probability"] == rows[1]["probability"] and rows[0]["label"] == rows[1]["label"]
-
-
 def test_help_and_hydra_flags(capsys):
     """predict parses its own command line: --help shows its settings, and Hydra's flags, which
     ended in Hydra's lexer error (LexerNoViableAltException: --help), are refused by name."""
@@ -684,7 +659,7 @@ def test_attention_false_without_figures_computes_no_weights(
     def refuse(*args):
         raise AssertionError("prediction_attention called")
 
-    monkeypatch.setattr(TextClassificationDataModule, "prediction_attention", refuse)
+    monkeypatch.setattr(TokenPredictor, "prediction_attention", refuse)
     args = [f"ckpt_path={run_dir}", "text=a great film", "figures=false"]
     assert predict(capsys, *args, "attention=false", f"out_dir={tmp_path / 'a'}")[0] == 0
     with pytest.raises(AssertionError, match="prediction_attention called"):
@@ -695,13 +670,13 @@ def test_weights_drawn_and_kept_are_worked_out_once(run_dir, capsys, tmp_path, m
     """Figures and predictions.jsonl share one prediction_attention per batch (the figures
     worked it out a second time)."""
     calls = []
-    original = TextClassificationDataModule.prediction_attention
+    original = TokenPredictor.prediction_attention
 
     def counted(self, *args):
         calls.append(1)
         return original(self, *args)
 
-    monkeypatch.setattr(TextClassificationDataModule, "prediction_attention", counted)
+    monkeypatch.setattr(TokenPredictor, "prediction_attention", counted)
     texts = tmp_path / "texts.txt"
     texts.write_text("a great film\na dull film\n")
     args = [f"ckpt_path={run_dir}", f"texts_file={texts}", f"out_dir={tmp_path / 'out'}"]

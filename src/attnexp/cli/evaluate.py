@@ -17,18 +17,18 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from attnexp.cli.compose import compose_command_cfg
 from attnexp.cli.overrides import quote_equals_values
 from attnexp.errors import ConfigError, exit_with
 from attnexp.runner.config import register_resolvers
-from attnexp.runner.load import compose_command_cfg
-from attnexp.runs.dirs import METRICS_FILE, natural_key
-from attnexp.runs.record import RunRecord
+from attnexp.runs.dirs import natural_key
+from attnexp.runs.record import METRICS_FILE, RunRecord
 
 log = logging.getLogger(__name__)
 register_resolvers()
 
 
-def summary(data: dict, out_dir: Path) -> str:
+def evaluation_summary(data: dict, out_dir: Path) -> str:
     """Each test/* metric of the evaluation next to the run's ('-' where the run has none)."""
     lines = [f"checkpoint: {data['ckpt']}", f"eval dir:   {out_dir}"]
     if data.get("run_metrics_ckpt"):
@@ -83,7 +83,7 @@ def main(cfg: DictConfig) -> None:
     except ConfigError as err:
         record_refusal(out_dir, cli_overrides, err)
         exit_with(err)
-    print(summary(data, out_dir))
+    print(evaluation_summary(data, out_dir))
 
 
 def cli() -> None:

@@ -1,8 +1,7 @@
 """`python -m attnexp.predict ckpt_path=<ckpt, run dir or runs> text="..."`: classify, show attention.
 
-Works for any run whose DataModule implements the raw-input methods of `AttnDataModule`
-(`raw_fields`, `check_raw`, `raw_notes`, `encode_raw`, `prediction_label`, `prediction_attention`,
-`prediction_figures`).
+Works for any run whose data's input kind has a predictor that reads raw inputs
+(`attnexp.predictors`: tokens and pairs do; bags do not).
 The run's `.hydra/config.yaml` and saved artifacts (e.g. its tokenizer) rebuild the DataModule and
 the model without touching the dataset; the checkpoint's weights are loaded strictly.
 
@@ -28,10 +27,10 @@ of a second. torch and Lightning come with `attnexp.runner.predict`, imported on
 import logging
 import sys
 
+from attnexp.cli.compose import compose_command_cfg
 from attnexp.cli.overrides import quote_equals_values
 from attnexp.errors import ConfigError
 from attnexp.runner.config import register_resolvers
-from attnexp.runner.load import compose_command_cfg
 
 register_resolvers()
 

@@ -44,12 +44,12 @@ def main(cfg: DictConfig) -> float | None:
         FAILED_JOBS.append(HydraConfig.get().runtime.output_dir)
         return None
     if HydraConfig.get().mode == RunMode.RUN and not is_other_rank():  # one summary per run
-        print(summary(metrics, HydraConfig.get().runtime.output_dir))
+        print(run_summary(metrics, HydraConfig.get().runtime.output_dir))
     objective = cfg.get("optimized_metric")
     return metrics.get(objective) if objective else None
 
 
-def summary(metrics: dict[str, float], run_dir: str) -> str:
+def run_summary(metrics: dict[str, float], run_dir: str) -> str:
     keys = sorted((k for k in metrics if k.startswith(("test/acc", "val/acc"))), key=natural_key)
     lines = [f"  {k:<24} {metrics[k]:.4f}" for k in keys]
     return "\n".join([f"run dir: {run_dir}", *lines])

@@ -2,7 +2,6 @@
 
 import inspect
 import logging
-import re
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -101,18 +100,23 @@ def instantiate_checked(node: DictConfig, **kwargs):
 
 
 def unexpected_argument(cause: BaseException | None, node: DictConfig) -> ConfigError | None:
-    """A key added with `+` that the class does not take, said with the arguments it does take."""
-    found = re.search(r"unexpected keyword argument '(\w+)'", str(cause))
-    if not isinstance(cause, TypeError) or found is None:
+    """A key added with `+` that the class does not take, said with the arguments it does take:
+    found by comparing the node's keys with the target's signature (not Python's message)."""
+    if not isinstance(cause, TypeError):
         return None
-    name, target = found[1], node.get("_target_")
-    section = node._get_full_key(None) or "<section>"
+    target = node.get("_target_")
     try:
-        takes = ", ".join(
-            p for p in inspect.signature(get_object(target)).parameters if p != "self"
-        )
+        parameters = inspect.signature(get_object(target)).parameters
     except (ImportError, ValueError, TypeError):
-        takes = "see its docstring"
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return None  # it takes any keyword
+    unknown = [key for key in node if not str(key).startswith("_") and key not in parameters]
+    if not unknown:
+        return None
+    name = unknown[0]
+    section = node._get_full_key(None) or "<section>"
+    takes = ", ".join(p for p in parameters if p != "self")
     return ConfigError(
         f"{section}.{name}: {target} takes no argument '{name}' (it takes: {takes}); a key added "
         f"with + is passed to it, so it must be one of these (drop +{section}.{name}=...)"

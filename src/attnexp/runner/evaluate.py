@@ -20,7 +20,7 @@ from attnexp.runner.load import (
     load_run,
     load_weights,
     longer_than_trained,
-    read_record,
+    read_run_record,
     read_weights,
     run_settings_hint,
 )
@@ -31,8 +31,8 @@ from attnexp.runner.trainer import (
     device_name,
     refused_settings,
 )
-from attnexp.runs.dirs import METRICS_FILE, override_key
-from attnexp.runs.record import RunRecord
+from attnexp.runs.dirs import override_key
+from attnexp.runs.record import METRICS_FILE, RunRecord
 
 register_resolvers()
 
@@ -69,7 +69,7 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
         raise ConfigError(
             f"hydra.run.dir={out_dir} is the run dir itself; evaluate writes its own dir"
         )
-    run_record, weights = read_record(run_dir), read_weights(ckpt)
+    run_record, weights = read_run_record(run_dir), read_weights(ckpt)
     if run_cfg.seed is None:
         raise ConfigError(
             f"{run_dir} ran with seed=null, and its {METRICS_FILE} records no drawn seed: its test "
@@ -202,4 +202,4 @@ def make_test_trainer(cfg: DictConfig, run_cfg: DictConfig, out_dir: Path) -> pl
             default_root_dir=str(out_dir),
         )
     except TRAINER_REFUSALS as err:
-        raise refused_settings(err, settings, "evaluate") from err
+        raise refused_settings(err, "trainer", "evaluate") from err

@@ -1,32 +1,27 @@
 """Load a finished run back: its composed config, its Hydra choices, its checkpoints.
 
-Shared by evaluate and predict: their command lines (`attnexp.cli.evaluate`, `attnexp.cli.predict`)
-and their work (`attnexp.runner.evaluate`, `attnexp.runner.predict`). A run dir (see
-`attnexp.runs.dirs`) holds
-`.hydra/config.yaml` (the composed config, interpolations unresolved), `.hydra/hydra.yaml` (which
-group options were chosen) and `checkpoints/*.ckpt`.
+Shared by evaluate and predict (`attnexp.runner.evaluate`, `attnexp.runner.predict`). A run dir
+(see `attnexp.runs.dirs`) holds `.hydra/config.yaml` (the composed config, interpolations
+unresolved), `.hydra/hydra.yaml` (which group options were chosen) and `checkpoints/*.ckpt`.
 
     cfg, choices, run_dir = load_run(ckpt_path, overrides=["paths.data_dir=/data"])
     datamodule, task = build(cfg, choices, artifacts_dir=run_dir)
     load_weights(task, ckpt_path)
 """
 
-import json
 import logging
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
-from hydra import compose
 from omegaconf import DictConfig, OmegaConf
 
 from attnexp.errors import ConfigError, message_lines, require_seed
 from attnexp.files import TORCH_LOAD_ERRORS
-from attnexp.runner.config import package_configs
-from attnexp.runs.dirs import LAST_CKPT, METRICS_FILE, RUN_CONFIG, override_key, run_holding
+from attnexp.runs.dirs import RUN_CONFIG, override_key, run_holding
+from attnexp.runs.record import LAST_CKPT, METRICS_FILE, read_record
 
 if TYPE_CHECKING:
     import torch
@@ -35,7 +30,6 @@ SEED_KEYS = ("seed", "data.seed", "data.split_seed")  # the run's data and weigh
 
 log = logging.getLogger(__name__)
 
-CONFIG_FILE = RUN_CONFIG
 HYDRA_FILE = Path(".hydra") / "hydra.yaml"
 
 
@@ -52,55 +46,6 @@ def given_ckpt_path(cfg: DictConfig) -> str:
     return str(cfg.ckpt_path)
 
 
-def not_a_setting(command: str, override: str) -> ConfigError:
-    """A key that `<command>.yaml` lacks (the composed config of the command, not of the run)."""
-    base = compose(command)
-    own = [f"{k}.*" if OmegaConf.is_dict(OmegaConf.select(base, k)) else k for k in base]
-    key = override_key(override)
-    if key.startswith("trainer.") and "trainer" in base:  # the run's trainer.* never test
-        mine = ", ".join(f"trainer.{k}" for k in base.trainer)
-        hint = f"; {command} tests with its own trainer settings ({mine}), not the run's"
-    elif key.startswith("trainer."):
-        hint = f"; {command} runs no Trainer (it runs the model on device=...)"
-    elif "." in key:
-        hint = f"; a setting of the run goes inside overrides: 'overrides=[\"{override.lstrip('+')}\"]'"
-    else:  # a group choice (model=...) is the run's own and cannot change
-        hint = ""
-    return ConfigError(
-        f"{command}: {override} is not a setting of {command} (its own: {', '.join(own)}){hint}"
-    )
-
-
-def compose_command_cfg(command: str, overrides: list[str]) -> DictConfig:
-    """`<command>.yaml` (evaluate, predict) composed with the command line's overrides. Hydra's
-    advice for a run setting given as `data.x=...` (`+data.x=...`, which adds a key the command
-    ignores) is replaced by where it goes: `overrides=["data.x=..."]`."""
-    with package_configs():
-        for override in overrides:
-            key, _, value = override.partition("=")
-            if override_key(override) == "overrides" and not value.lstrip().startswith("["):
-                raise ConfigError(
-                    f"{command}: {override}: overrides takes a list, write "
-                    f"'overrides=[\"{value}\"]' (one quoted key=value per setting)"
-                )
-            if key.startswith("+") and not key.startswith("+hydra"):
-                raise not_a_setting(command, override)
-        try:
-            return compose(command, overrides=overrides)
-        except Exception as err:  # Hydra's override/config errors
-            key = re.match(r"Could not override '([^']+)'", str(err))
-            bad = [o for o in overrides if key and override_key(o) == key.group(1)]
-            if bad:
-                raise not_a_setting(command, bad[0]) from None
-            unquoted = [o for o in overrides if override_key(o) == "overrides" and '"' not in o]
-            hint = (  # Hydra's parser reads [a=1] as a broken list: "no viable alternative"
-                f" ({unquoted[0]}: quote each setting, 'overrides=[\"key=value\", ...]')"
-                if unquoted and "=" in unquoted[0].partition("=")[2]
-                else ""
-            )
-            raise ConfigError(f"{command}: {str(err).splitlines()[0]}{hint}") from None
-
-
 @contextmanager
 def run_settings_hint(command: str) -> Iterator[None]:
     """Errors about the run's settings name them as `data.x=...`; on evaluate's and predict's
@@ -113,13 +58,13 @@ def run_settings_hint(command: str) -> Iterator[None]:
         ) from err
 
 
-def read_record(run_dir: str | Path) -> dict:
+def read_run_record(run_dir: str | Path) -> dict:
     """The run's metrics.json ({} when it has none)."""
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         return {}
     try:
-        return json.loads(path.read_text())
+        return read_record(path)
     except (OSError, ValueError) as err:
         raise ConfigError(
             f"{path} cannot be read ({err}); give ckpt_path=<a .ckpt file in {path.parent / 'checkpoints'}>"
@@ -135,7 +80,7 @@ def find_checkpoint(path: str | Path) -> Path:
     if not path.is_dir():
         raise ConfigError(f"ckpt_path={path} does not exist (give a .ckpt file or a run dir)")
     path = run_holding(path) or path  # a folder inside a run (its checkpoints/): the run
-    best = read_record(path).get("best_ckpt")
+    best = read_run_record(path).get("best_ckpt")
     if best:
         if (path / best).is_file():
             return (path / best).resolve()
@@ -156,9 +101,9 @@ def run_dir_of(ckpt: str | Path) -> Path:
     config (not a folder some later command wrote a config into)."""
     ckpt = Path(ckpt).resolve()
     run_dir = run_holding(ckpt.parent)
-    if run_dir is None or not (run_dir / CONFIG_FILE).is_file():
+    if run_dir is None or not (run_dir / RUN_CONFIG).is_file():
         raise ConfigError(
-            f"ckpt_path={ckpt}: no run config ({CONFIG_FILE}) next to it or above it; the "
+            f"ckpt_path={ckpt}: no run config ({RUN_CONFIG}) next to it or above it; the "
             f"checkpoint must stay inside the run dir that `python -m attnexp` wrote"
         )
     return run_dir
@@ -218,9 +163,9 @@ def load_run_config(
     nothing written later lands in the original run dir; by default the run dir itself.
     """
     run_dir = Path(run_dir)
-    if not (run_dir / CONFIG_FILE).is_file():
-        raise ConfigError(f"{run_dir} is not a run dir: {CONFIG_FILE} is missing")
-    cfg = read_run_yaml(run_dir / CONFIG_FILE, OmegaConf.load)
+    if not (run_dir / RUN_CONFIG).is_file():
+        raise ConfigError(f"{run_dir} is not a run dir: {RUN_CONFIG} is missing")
+    cfg = read_run_yaml(run_dir / RUN_CONFIG, OmegaConf.load)
     OmegaConf.update(cfg, "paths.output_dir", str(output_dir or run_dir), force_add=True)
     check_no_group_override(list(overrides), load_choices(run_dir))
     cfg = apply_overrides(cfg, list(overrides))
@@ -238,7 +183,7 @@ def load_run_config(
 def longer_than_trained(run_dir: str | Path, cfg: DictConfig) -> str | None:
     """A data.max_seq_len override above the run's own loads (sinusoidal positions and the LSTM
     take any length), but the model never saw those positions: the note that says so."""
-    saved = read_run_yaml(Path(run_dir) / CONFIG_FILE, OmegaConf.load)
+    saved = read_run_yaml(Path(run_dir) / RUN_CONFIG, OmegaConf.load)
     trained = OmegaConf.select(saved, "data.max_seq_len")
     given = OmegaConf.select(cfg, "data.max_seq_len")
     if not (isinstance(trained, int) and isinstance(given, int) and given > trained):
@@ -284,7 +229,7 @@ def load_run(
     if cfg.seed is None:
         # seed=null: the run drew one; its saved config still says null, its metrics.json has it.
         # The data it made (the test bags, the dev split) came from that seed, as ours must.
-        cfg.seed = read_record(run_dir).get("seed")
+        cfg.seed = read_run_record(run_dir).get("seed")
     return cfg, load_choices(run_dir), run_dir, ckpt
 
 

@@ -18,6 +18,7 @@ from attnexp.data.base import AttnDataModule
 from attnexp.data.text import read_lines
 from attnexp.errors import ConfigError, require_bool, require_positive
 from attnexp.files import not_a_folder
+from attnexp.predictors import predictor_class, predictor_for
 from attnexp.runner.build import build_model, check_config, instantiate_checked
 from attnexp.runner.config import register_resolvers
 from attnexp.runner.load import (
@@ -29,7 +30,8 @@ from attnexp.runner.load import (
     run_settings_hint,
 )
 from attnexp.runs.collect import EVALUATE, Run, read_records
-from attnexp.runs.dirs import METRICS_FILE, holds_run, new_run_name, run_holding
+from attnexp.runs.dirs import holds_run, new_run_name, run_holding
+from attnexp.runs.record import METRICS_FILE
 
 log = logging.getLogger(__name__)
 register_resolvers()
@@ -39,7 +41,7 @@ COMPARE_FILE = "compare.html"  # ckpt_path=<a folder of runs>: every run's atten
 PREDICT_DEVICES = ("cpu", "cuda")
 
 
-def check_settings(cfg: DictConfig) -> None:
+def check_predict_settings(cfg: DictConfig) -> None:
     """predict.yaml's own settings, before anything is loaded."""
     given_ckpt_path(cfg)
     for key in ("batch_size", "max_figures"):
@@ -65,7 +67,7 @@ def check_settings(cfg: DictConfig) -> None:
         )
 
 
-def check_out_dir(out_dir: Path, given: bool) -> None:
+def check_prediction_dir(out_dir: Path, given: bool) -> None:
     """Predictions go to a folder of their own: never over an earlier prediction's files, never
     into a training run (its dir or a folder below it), where they would mix with the run's.
     `given`: out_dir= was set (else it is the default one under paths.log_dir)."""
@@ -107,9 +109,9 @@ def check_out_dir(out_dir: Path, given: bool) -> None:
 
 
 def raw_fields_of(run_cfg: DictConfig, model_name: str | None) -> tuple[str, ...]:
-    """The raw inputs the run's DataModule reads, known from its class: a run that takes none
-    (the bag models) is refused before any data is loaded."""
-    fields = get_class(run_cfg.data._target_).raw_fields
+    """The raw inputs the run's data reads, known from its DataModule class's input kind: a run
+    that takes none (the bag models) is refused before any data is loaded."""
+    fields = predictor_class(get_class(run_cfg.data._target_).input_kind).raw_fields
     if not fields:
         raise ConfigError(
             f"model={model_name} reads no raw text (its data, {run_cfg.data._target_}, has no "
@@ -216,12 +218,12 @@ def predict(cfg: DictConfig, raw: dict[str, str]) -> list[dict]:
     """Every example's result, written to predictions.jsonl with the figures. `ckpt_path=` a folder
     of runs: each completed run's results in turn, each result with its `run` (the run's name
     under the folder), and compare.html showing every run's attention side by side."""
-    check_settings(cfg)
+    check_predict_settings(cfg)
     given_dir = cfg.out_dir is not None
     out_dir = (
         Path(cfg.out_dir) if given_dir else Path(cfg.paths.log_dir) / "predictions" / new_run_name()
     ).expanduser()  # once, so the folder checked is the folder written
-    check_out_dir(out_dir, given_dir)
+    check_prediction_dir(out_dir, given_dir)
     lines = texts_file_lines(cfg)
     runs = runs_to_compare(Path(cfg.ckpt_path).expanduser())
     if runs is None:
@@ -362,18 +364,18 @@ def classify(
     """Each example's label, probabilities, notes, figure files and (`with_attention`, for a model
     with attention) tokens and attention weights; the figures go to `out_dir`. The model is on
     `cfg.device` while it classifies: a comparison holds one run's model there at a time."""
-    datamodule, examples = predictor.datamodule, predictor.examples
+    examples, reader = predictor.examples, predictor_for(predictor.datamodule)
     model = predictor.model.to(cfg.device)
-    results = [{"input": ex, "problem": datamodule.check_raw(ex)} for ex in examples]
+    results = [{"input": ex, "problem": reader.check_raw(ex)} for ex in examples]
     valid = [i for i, r in enumerate(results) if r["problem"] is None]
     for start in range(0, len(valid), cfg.batch_size):
         chunk = valid[start : start + cfg.batch_size]
         batch = {
-            k: v.to(cfg.device)
-            for k, v in datamodule.encode_raw([examples[i] for i in chunk]).items()
+            k: v.to(cfg.device) for k, v in reader.encode_raw([examples[i] for i in chunk]).items()
         }
         with torch.no_grad():
-            logits, attention = model(**batch, return_attention=True)
+            output = model(**batch, return_attention=True)
+        logits, attention = output.logits, output.attention
         probs = logits.float().softmax(-1).cpu()
         stems = [
             out_dir / f"example{i:04d}" if cfg.figures and i < cfg.max_figures else None
@@ -383,17 +385,15 @@ def classify(
         if drawn and attention is not None:  # a model without attention draws nothing
             out_dir.mkdir(parents=True, exist_ok=True)
         # each token's weight per view, worked out once for the figures and the results
-        views = datamodule.prediction_attention(batch, attention) if with_attention or drawn else []
-        files = (
-            datamodule.prediction_figures(batch, probs, attention, views, stems) if drawn else []
-        )
+        views = reader.prediction_attention(batch, attention) if with_attention or drawn else []
+        files = reader.prediction_figures(batch, probs, attention, views, stems) if drawn else []
         for row, i in enumerate(chunk):
             label = int(probs[row].argmax())
             results[i].update(
-                label=datamodule.prediction_label(label),
+                label=reader.prediction_label(label),
                 probability=round(float(probs[row, label]), 4),
                 probabilities=[round(float(p), 4) for p in probs[row]],
-                notes=datamodule.raw_notes(examples[i]),
+                notes=reader.raw_notes(examples[i]),
                 files=[
                     str(f) for f in files if stems[row] is not None and f.stem == stems[row].name
                 ],

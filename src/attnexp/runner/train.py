@@ -17,22 +17,16 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import TensorBoardLogger
-from pytorch_lightning.utilities.exceptions import MisconfigurationException, SIGTERMException
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from attnexp.data.base import changed_splits
 from attnexp.errors import ConfigError, message_lines, spawned_refusal
 from attnexp.files import TORCH_LOAD_ERRORS, checkpoint_value
 from attnexp.runner.build import build, check_data_dir, resolved_data_dir
 from attnexp.runner.config import register_resolvers
-from attnexp.runner.trainer import check_settings, device_name, make_trainer, monitor_refusal
-from attnexp.runs.dirs import (
-    LAST_CKPT,
-    flat_config,
-    holds_run,
-    is_other_rank,
-    override_arg,
-)
-from attnexp.runs.record import WORKER_KEYS, RunRecord
+from attnexp.runner.trainer import check_trainer_settings, device_name, make_trainer, monitors
+from attnexp.runs.dirs import flat_config, holds_run, is_other_rank, override_arg
+from attnexp.runs.record import LAST_CKPT, WORKER_KEYS, RunRecord
 from attnexp.runs.sweeps import check_strategy
 from attnexp.tasks import ClassificationTask
 from attnexp.tasks.callbacks import best_checkpoint_callback
@@ -72,7 +66,7 @@ def draw_seed(cfg: DictConfig, record: RunRecord) -> None:
 
 
 def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str, float]:
-    check_settings(cfg)
+    check_trainer_settings(cfg)
     if cfg.seed is None:
         draw_seed(cfg, record)
     pl.seed_everything(cfg.seed, workers=True)
@@ -110,11 +104,17 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         log.info("resuming from %s (global step %d)", resume_ckpt, resume_step)
     try:
         trainer.fit(task, datamodule=datamodule, ckpt_path=resume_ckpt)
-    except (MisconfigurationException, RuntimeError) as err:
-        refusal = monitor_refusal(err, cfg.callbacks)
-        if refusal is None:
-            raise
-        raise refusal from err
+    except ConfigError:  # ours (a loss that turned NaN, say) says what to change
+        raise
+    except Exception:
+        # Lightning's own error goes on as it is; a monitor that names no logged metric is the
+        # usual one (said at the first validation), so the settings that name metrics come first.
+        log.error(
+            "training stopped inside Lightning's fit (run dir %s; %s)",
+            run_dir,
+            ", ".join(monitors(cfg.callbacks)) or "no callback monitors a metric",
+        )
+        raise
     record.reload(*WORKER_KEYS)  # ddp_spawn: the rank-0 worker recorded them
     metrics = scalar_metrics(trainer.callback_metrics)
 

@@ -2,8 +2,6 @@
 callbacks.* settings Lightning or torch would refuse with a traceback from deep inside fit(),
 checked before anything is loaded."""
 
-import re
-
 import pytorch_lightning as pl
 import torch
 from hydra.errors import InstantiationException
@@ -22,6 +20,7 @@ from attnexp.tasks.callbacks import (
     FiniteLosses,
     MovedRunCheckpoints,
 )
+from attnexp.tasks.compile import compile_callbacks, lightning_settings
 from attnexp.tasks.loggers import RESUMABLE, start_logs
 
 TRAINER_REFUSALS = (TypeError, ValueError, MisconfigurationException)  # how Lightning says no
@@ -35,16 +34,20 @@ def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Tra
         and cfg.trainer.val_check_interval == 1
         and cfg.trainer.get("limit_val_batches") != 0
     )
-    callbacks = [
-        make_callback(name, c, validates_every_batch=every_batch)
-        for name, c in cfg.callbacks.items()
-        if c is not None
-    ] + [
-        EpochHistory(record),
-        FiniteLosses(),  # a loss that turned NaN ends the run, not its test of NaN weights
-        EndSpawnedProcessGroup(),  # ddp_spawn: ends the ranks' process group at each stage's end
-        MovedRunCheckpoints(),  # resume= of a run dir that was moved or copied
-    ]
+    callbacks = (
+        [
+            make_callback(name, c, validates_every_batch=every_batch)
+            for name, c in cfg.callbacks.items()
+            if c is not None
+        ]
+        + [
+            EpochHistory(record),
+            FiniteLosses(),  # a loss that turned NaN ends the run, not its test of NaN weights
+            EndSpawnedProcessGroup(),  # ddp_spawn: ends the ranks' process group at each stage's end
+            MovedRunCheckpoints(),  # resume= of a run dir that was moved or copied
+        ]
+        + compile_callbacks(cfg.trainer)
+    )
     loggers = [
         instantiate(c, **purge_setting(c, resume_step))
         for c in (cfg.get("logger") or {}).values()
@@ -59,12 +62,12 @@ def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Tra
         else {"enable_checkpointing": False}
     )
     try:
-        return instantiate(cfg.trainer, callbacks=callbacks, logger=loggers, **checkpointing)
+        settings = lightning_settings(cfg.trainer)
+        return instantiate(settings, callbacks=callbacks, logger=loggers, **checkpointing)
     except InstantiationException as err:
         if not isinstance(err.__cause__, TRAINER_REFUSALS):
             raise
-        settings = {key: value for key, value in cfg.trainer.items() if key != "_target_"}
-        raise refused_settings(err.__cause__, settings, "train") from err.__cause__
+        raise refused_settings(err.__cause__, "trainer", "train") from err.__cause__
 
 
 # The setting with which a callback acts at training epoch ends instead of at validations.
@@ -78,7 +81,7 @@ def make_callback(
     name: str, callback_cfg: DictConfig, validates_every_batch: bool = False
 ) -> pl.Callback:
     """callbacks.<name>, with Lightning's refusal of a setting (a ModelCheckpoint mode=foo, say)
-    said as a ConfigError that names callbacks.<name>.<key>.
+    said as a ConfigError that names callbacks.<name>.
 
     Lightning takes trainer.val_check_interval=1 (validate after every batch) for 1.0 (once per
     epoch), and its checkpoint and early-stopping callbacks then act at epoch ends only, never at
@@ -97,55 +100,25 @@ def make_callback(
     except InstantiationException as err:
         if not isinstance(err.__cause__, TRAINER_REFUSALS):
             raise
-        settings = {key: value for key, value in callback_cfg.items() if key != "_target_"}
-        raise refused_settings(err.__cause__, settings, "train", f"callbacks.{name}") from None
+        raise refused_settings(err.__cause__, f"callbacks.{name}", "train") from err.__cause__
 
 
-def refused_settings(
-    err: Exception, settings: dict, command: str, prefix: str = "trainer"
-) -> ConfigError:
-    """Lightning's refusal of `settings` (the Trainer's, or a callback's under `prefix`) as a
-    ConfigError that names the settings its message names (all of them when it names none)."""
-    named = [
-        key for key in settings if re.search(rf"\b{re.escape(key)}\b", str(err), re.IGNORECASE)
-    ]
-    shown = ", ".join(f"{prefix}.{key}={settings[key]}" for key in named or settings)
-    return ConfigError(f"{command}: Lightning refuses {shown}: {err} (set the one it names)")
-
-
-# A callback's `monitor` that names no logged metric, as Lightning says it after the first
-# validation: ModelCheckpoint (a MisconfigurationException), EarlyStopping (a RuntimeError).
-UNLOGGED_MONITOR = (
-    (ModelCheckpoint, re.compile(r"monitor='([^']*)'\)` could not find .* metrics: (\[[^]]*\])")),
-    (
-        EarlyStopping,
-        re.compile(r"conditioned on metric `([^`]*)` which is not available\..* following: (.*)$"),
-    ),
-)
-
-
-def monitor_refusal(err: Exception, callbacks_cfg: DictConfig) -> ConfigError | None:
-    """A checkpoint or early-stopping callback's `monitor` that names no logged metric (Lightning
-    finds out at the first validation) as a ConfigError naming the setting and the metrics there
-    are; None for any other error. The setting named is that of a callback of the kind that
-    raised, as two kinds may monitor the same name."""
-    found = next(
-        ((kind, m) for kind, pattern in UNLOGGED_MONITOR if (m := pattern.search(str(err)))), None
-    )
-    if found is None:
-        return None
-    kind, (monitor, logged) = found[0], found[1].groups()
-    logged = ", ".join(re.findall(r"['`]([^'`]+)['`]", logged))  # a list's repr, or `a`, `b`
-    names = [
-        name
-        for name, node in callbacks_cfg.items()
-        if node is not None and node.get("monitor") == monitor and is_subclass_target(node, kind)
-    ]
-    key = f"callbacks.{names[0]}.monitor" if names else "monitor"
+def refused_settings(err: Exception, section: str, command: str) -> ConfigError:
+    """Lightning's refusal of the settings under `section` (trainer, or callbacks.<name>) in its
+    own words, with the section it concerns: its message names the argument, not our key."""
     return ConfigError(
-        f"{key}={monitor} is not a metric the run logs at validation (it logs {logged}; set "
-        f"{key}=val/acc, for instance)"
+        f"{command}: Lightning refuses a {section}.* setting: {type(err).__name__}: {err} (set "
+        f"{section}.<the argument it names>=...)"
     )
+
+
+def monitors(callbacks_cfg: DictConfig) -> list[str]:
+    """`callbacks.<name>.monitor=<metric>` of each callback that watches a logged metric."""
+    return [
+        f"callbacks.{name}.monitor={node.get('monitor')}"
+        for name, node in callbacks_cfg.items()
+        if node is not None and node.get("monitor") is not None
+    ]
 
 
 def purge_setting(logger_cfg: DictConfig, resume_step: int) -> dict[str, int]:
@@ -175,7 +148,7 @@ def device_name(trainer: pl.Trainer) -> str:
     return name
 
 
-def check_settings(cfg: DictConfig) -> None:
+def check_trainer_settings(cfg: DictConfig) -> None:
     """Settings that torch or Lightning would refuse with a traceback from deep inside fit()."""
     epochs = cfg.trainer.get("max_epochs")
     for key in SEED_KEYS:

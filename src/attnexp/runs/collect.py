@@ -16,14 +16,9 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from attnexp.runs.dirs import (
-    METRICS_FILE,
-    flat_config,
-    natural_key,
-    with_listed_later,
-    writer_alive,
-)
+from attnexp.runs.dirs import flat_config, natural_key
 from attnexp.runs.machine import NOT_RECORDED, machine_label
+from attnexp.runs.record import METRICS_FILE, read_record, writer_alive
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +28,6 @@ DATA_HASH_KEY = "data_hash"  # a content hash of the data files it read (train r
 UNREADABLE = "unreadable"  # the status of a metrics.json that is not a run record
 EVALUATE = "evaluate"  # metrics.json "kind" of an evaluation record
 KILLED = "killed"  # a record left `running` by a process that is gone
-# A record left `running` that names no process to look for: written by an attnexp from before
-# records held their pid, so it may have been killed long ago.
-UNCHECKED = "running?"
 _ABSENT = object()
 SKIP_DIRS = {"checkpoints", "tb", ".hydra", ".submitit", "__pycache__"}  # never hold run records
 
@@ -76,13 +68,13 @@ class Run:
         return " ".join(self.error.split())[:200]
 
 
-def _override_key(key: str) -> str:
+def _setting_name(key: str) -> str:
     return key.lstrip("+~").rsplit("/", 1)[-1]  # +experiment/bag -> bag
 
 
 def parse_overrides(lines: list[str]) -> dict[str, str]:
     pairs = (line.partition("=") for line in lines)
-    return {_override_key(key): value for key, _, value in pairs}
+    return {_setting_name(key): value for key, _, value in pairs}
 
 
 def _text(value) -> str:
@@ -115,22 +107,6 @@ def _hydra_file(run_dir: Path, name: str) -> DictConfig | None:
         return None
 
 
-def last_validation_named(metrics: dict) -> dict:
-    """Records written before 2026-11-22 (commit f8f5e79) hold the last validation's values
-    under val/*, where later ones hold the tested checkpoint's (and the last validation's under
-    val/*_last): an old record's are renamed to what they are, so a val/acc column never mixes
-    the two."""
-    old = any(k.startswith("val/") for k in metrics) and not any(
-        k.startswith("val/") and k.endswith("_last") for k in metrics
-    )
-    if not old:
-        return metrics
-    return {
-        f"{k}_last" if k.startswith("val/") and not k.endswith("_best") else k: v
-        for k, v in metrics.items()
-    }
-
-
 def _data_label(record: dict, settings: dict[str, str], config: DictConfig | None) -> str:
     """The embedded sample and the hub are the same data everywhere; local data is its dir: the
     absolute one recorded, or (records without it) the one configured, maybe a relative path."""
@@ -159,10 +135,8 @@ RECORD_FIELDS = {
 }
 
 
-def record_problem(record: object) -> str | None:
-    """What keeps a metrics.json's content from being read as a run record; None if nothing."""
-    if not isinstance(record, dict):
-        return f"holds a JSON {type(record).__name__}, not a run record (an object)"
+def record_problem(record: dict) -> str | None:
+    """What keeps a record's fields from being read as a run's; None if nothing."""
     for key, kind in RECORD_FIELDS.items():
         value = record.get(key)
         if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
@@ -180,12 +154,12 @@ def _whole_number(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def load_run(path: Path, root: Path) -> Run:
+def read_run(path: Path, root: Path) -> Run:
     """`path` is a metrics.json; a file that cannot be read gives a row with status `unreadable`."""
     name = str(path.parent.relative_to(root)) if path.parent != root else path.parent.name
     try:
-        record = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
+        record = read_record(path)
+    except (OSError, ValueError) as err:
         log.warning("cannot read %s: %s", path, err)
         return Run(path.parent, name, UNREADABLE, None, {}, {}, error=str(err))
     error = record_problem(record)
@@ -195,15 +169,11 @@ def load_run(path: Path, root: Path) -> Run:
     status = record.get("status", "unknown")
     if status == "running" and writer_alive(record) is False:  # it never got to write `failed`
         status = KILLED
-    elif status == "running" and "pid" not in record:
-        status = UNCHECKED
-    metrics = last_validation_named(dict(record.get("metrics") or {}))
+    metrics = dict(record.get("metrics") or {})
     history = list(record.get("history") or [])
     if not metrics and history:  # running or failed: the last epoch it finished
         metrics = {k: v for k, v in history[-1].items() if k not in ("epoch", "step")}
     config = _hydra_file(path.parent, "config.yaml")
-    if config is not None:  # made before a key was listed: one variant with the runs made since
-        config = OmegaConf.create(with_listed_later(OmegaConf.to_container(config, resolve=False)))
     settings = parse_overrides(record.get("overrides") or [])
     # The group choices Hydra composed: an explicit default is the same choice as the implicit one.
     # A run that failed before recording them: Hydra wrote them before the job started.
@@ -213,7 +183,7 @@ def load_run(path: Path, root: Path) -> Run:
         choices = OmegaConf.select(hydra_cfg, "hydra.runtime.choices") if hydra_cfg else None
     for key, value in (choices or {}).items():
         if not key.startswith("hydra"):
-            settings[_override_key(key)] = _text(value)
+            settings[_setting_name(key)] = _text(value)
     if record.get("data_source") is not None:
         settings[DATA_KEY] = _data_label(record, settings, config)
     if isinstance(record.get(DATA_HASH_KEY), str):
@@ -246,7 +216,7 @@ def find_runs(root: Path) -> list[Run]:
 def read_records(root: Path) -> list[Run]:
     """Every record under `root` (runs and evaluations), as it is, in a stable order."""
     paths = sorted(_record_files(root), key=lambda p: natural_key(str(p.relative_to(root))))
-    return [load_run(p, root) for p in paths]
+    return [read_run(p, root) for p in paths]
 
 
 def find_records(root: Path) -> tuple[list[Run], list[Run]]:
@@ -363,8 +333,8 @@ def _record_files(root: Path) -> list[Path]:
 def varied_keys(runs: list[Run]) -> list[str]:
     """Settings whose value differs between runs (seeds aside): what tells variants apart."""
     keys = sorted({k for run in runs for k in run.settings if not k.startswith(NOT_VARIANT)})
-    # A run that failed before loading its data has no data_source (and older records no data
-    # hash): unknown, not other data.
+    # A run that failed before loading its data has no data_source nor data hash: unknown, not
+    # other data.
     unknown_if_absent = (DATA_KEY, DATA_HASH_KEY)
     return [
         k

@@ -1,5 +1,5 @@
 """Run directories: new ones, resumed ones, and the guards that keep a command out of another
-run's (the record they hold, `metrics.json`, is run_record.py's).
+run's (the record they hold, `metrics.json`, is record.py's).
 
 A run dir is never reused by accident: its name carries the start time and a random suffix; a dir
 given by hand (hydra.run.dir=) must not hold a run already; `resume=` continues a run only with the
@@ -11,7 +11,6 @@ import contextlib
 import json
 import logging
 import os
-import platform
 import re
 import uuid
 from collections.abc import Iterator
@@ -24,13 +23,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnexp.errors import ConfigError, exit_with
 from attnexp.files import TORCH_LOAD_ERRORS, checkpoint_value, not_a_folder
+from attnexp.runs.record import LAST_CKPT, METRICS_FILE, existing_record, writer_alive
 
 log = logging.getLogger(__name__)
 
-METRICS_FILE = "metrics.json"
 RUN_CONFIG = Path(".hydra") / "config.yaml"  # the composed config Hydra writes into every run dir
 RUN_OVERRIDES = Path(".hydra") / "overrides.yaml"  # the command line's overrides, beside it
-LAST_CKPT = Path("checkpoints") / "last.ckpt"
 RESUME_KEY = "resume"
 NO_RESUME = (None, "", "null", "None")
 # What a resumed run may set differently from its first attempt: how long to train and where
@@ -147,15 +145,6 @@ def resumed_training(record: dict) -> str:
     )
 
 
-def existing_record(run_dir: Path) -> dict:
-    """A run's metrics.json, {} when it has none or it cannot be read."""
-    try:
-        record = json.loads((run_dir / METRICS_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
-
-
 def _by_key(overrides: list[str]) -> dict[str, str]:
     return {override_key(o): o for o in _without_resume(overrides)}
 
@@ -231,36 +220,12 @@ def _shown(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-# Keys listed in conf/ after runs were made without them, by the `_target_` of their node, with
-# the value that builds what those runs were built with: a run's config that lacks one reads as
-# holding that value, to resume it and to report it beside the runs made since. A signature's
-# default cannot say it: data.epoch_order came with the default reshuffle, while the runs before
-# it repeated epoch 0's batches. Only a key whose addition kept what the runs without it did
-# belongs here.
-LISTED_LATER = {
-    ("attnexp.models.lstm.LSTMSelfAttention", "attn_norm"): "none",
-}
-
-
-def with_listed_later(tree: dict) -> dict:
-    """A config (a container) with every `LISTED_LATER` key its nodes lack set to the value that
-    builds what they were built with: a run made before the key was listed reads as made with it."""
-    filled = {k: with_listed_later(v) if isinstance(v, dict) else v for k, v in tree.items()}
-    target = filled.get("_target_")
-    for (listed_target, name), value in LISTED_LATER.items():
-        if target == listed_target and name not in filled:
-            filled[name] = value
-    return filled
-
-
 def check_same_config(config: DictConfig, run_dir: Path, resume: str) -> None:
     """A resumed run must be the run it was: today's conf/*.yaml, composed with the run's
     overrides, must give the config the run was made with (its .hydra/config.yaml), apart from
     `RESUME_MAY_CHANGE`. A run made by an older or newer attnexp, or before conf/ was edited, went
     on as another model or on other data without a word, or ended in Lightning's traceback over
-    the checkpoint's shapes. Compared unresolved: `${...}` as written, not what it gives today.
-    A key listed after the run was made reads as what the run was built with (`LISTED_LATER`:
-    `model.attn_norm: none`)."""
+    the checkpoint's shapes. Compared unresolved: `${...}` as written, not what it gives today."""
     saved_file = run_dir / RUN_CONFIG
     try:
         saved = OmegaConf.to_container(OmegaConf.load(saved_file), resolve=False)
@@ -277,7 +242,7 @@ def check_same_config(config: DictConfig, run_dir: Path, resume: str) -> None:
         )
     composed = OmegaConf.to_container(config, resolve=False)
     composed.pop("hydra", None)
-    theirs, ours = flat_config(with_listed_later(saved)), flat_config(composed)
+    theirs, ours = flat_config(saved), flat_config(composed)
     differ = sorted(
         k
         for k in theirs.keys() | ours.keys()
@@ -320,27 +285,6 @@ def check_resume_epochs(resume: str, max_epochs: object) -> None:
             f"back (set trainer.max_epochs >= {epoch}; to test the run again: python -m "
             f"attnexp.evaluate {override_arg('ckpt_path', resume)})"
         )
-
-
-def writer_alive(record: dict) -> bool | None:
-    """Whether the process writing a `running` record is still alive: True or False on the machine
-    that wrote it, None where that cannot be told (another machine, or a record without a pid).
-
-    A killed run (SIGKILL, out of memory, power loss) never gets to write `failed`, so its record
-    says `running` for ever. A pid taken over by a new process reads as alive: the safe side.
-    """
-    if record.get("status") != "running":
-        return False
-    pid = record.get("pid")
-    if not isinstance(pid, int) or record.get("host") != platform.node():
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's process
-        return True
-    return True
 
 
 def check_not_running(run_dir: Path, setting: str) -> None:

@@ -1,6 +1,6 @@
-"""A run's machine-readable record, `<run dir>/metrics.json`: written as the run goes
-(running -> completed | failed), always in one step, and never over an earlier attempt's (which a
-resumed attempt that ends before it saves a checkpoint puts back)."""
+"""A run's machine-readable record, `<run dir>/metrics.json`: the one module that reads and writes
+it. Written as the run goes (running -> completed | failed), always in one step, and never over an
+earlier attempt's (which a resumed attempt that ends before it saves a checkpoint puts back)."""
 
 import json
 import logging
@@ -14,10 +14,52 @@ from typing import Any
 
 import attnexp
 from attnexp.files import next_attempt, write_atomically
-from attnexp.runs.dirs import LAST_CKPT, METRICS_FILE
 from attnexp.runs.machine import describe_machine
 
 log = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.json"
+# The checkpoint a resumed attempt goes on from: whether the attempt wrote it tells whether it
+# changed the run (see RunRecord.put_back_earlier).
+LAST_CKPT = Path("checkpoints") / "last.ckpt"
+
+
+def read_record(path: Path) -> dict:
+    """The record in a metrics.json file. Raises OSError (missing, unreadable) or ValueError (not
+    JSON, or JSON that is not an object: edited by hand, another tool's)."""
+    record = json.loads(Path(path).read_text())
+    if not isinstance(record, dict):
+        raise ValueError(f"it holds a JSON {type(record).__name__}, not a run record (an object)")
+    return record
+
+
+def existing_record(run_dir: Path) -> dict:
+    """A run dir's record; {} when it has none or it cannot be read."""
+    try:
+        return read_record(Path(run_dir) / METRICS_FILE)
+    except (OSError, ValueError):
+        return {}
+
+
+def writer_alive(record: dict) -> bool | None:
+    """Whether the process writing a `running` record is still alive: True or False on the machine
+    that wrote it, None where that cannot be told (another machine, or a record without a pid).
+
+    A killed run (SIGKILL, out of memory, power loss) never gets to write `failed`, so its record
+    says `running` for ever. A pid taken over by a new process reads as alive: the safe side.
+    """
+    if record.get("status") != "running":
+        return False
+    pid = record.get("pid")
+    if not isinstance(pid, int) or record.get("host") != platform.node():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's process
+        return True
+    return True
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -97,9 +139,7 @@ class RunRecord:
             earlier = self.earlier = self.path.rename(kept)
             self.data["resumed_from_attempt"] = attempt
             try:  # the epochs and validations before the interruption stay in the record
-                before = json.loads(earlier.read_text())
-                if not isinstance(before, dict):  # valid JSON, but not a record (edited by hand)
-                    raise ValueError(f"it holds a {type(before).__name__}, not a run record")
+                before = read_record(earlier)
                 for key in ("history", "validations"):
                     self.data[key] = list(before.get(key, []))
                 if before.get("best_ckpt"):  # still the best until this attempt saves a better one
@@ -131,8 +171,8 @@ class RunRecord:
     def reload(self, *keys: str) -> None:
         """Take `keys` from the file on disk: another process (a DDP worker) may have written them."""
         try:
-            on_disk = json.loads(self.path.read_text())
-        except (OSError, json.JSONDecodeError) as err:
+            on_disk = read_record(self.path)
+        except (OSError, ValueError) as err:
             log.warning("cannot re-read %s: %s", self.path, err)
             return
         self.data.update({k: on_disk[k] for k in keys if k in on_disk})
@@ -176,11 +216,9 @@ class RunRecord:
         if file_stamp(self.path.parent / LAST_CKPT) != self.resumed_ckpt:
             return False
         try:
-            earlier = json.loads(self.earlier.read_text())
+            earlier = read_record(self.earlier)
         except (OSError, ValueError):
             return False  # no record to put back: the failed one says what happened
-        if not isinstance(earlier, dict):
-            return False
         failed = {"error": failure(err), "at": datetime.now().isoformat(timespec="seconds")}
         earlier["failed_resumes"] = [*earlier.get("failed_resumes", []), failed]
         _write_json(self.earlier, earlier)

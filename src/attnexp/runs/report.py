@@ -4,9 +4,8 @@ Writes into <dir>: `report.csv` (one row per run: its varied settings, status, f
 `report.md` (the runs, and mean +- std over seeds for each variant) and PNG plots (validation
 accuracy per epoch for each variant; accuracy against bag size for bag runs). Reads only the
 runs' `metrics.json` and `.hydra/`, so it works on incomplete sweeps and on runs still going
-(their last epoch is shown and the status says `running`; `killed` where the process that wrote
-`running` is gone from this machine; `running?` where the record names no process to look for, as
-records written before they held their pid).
+(their last epoch is shown and the status says `running`, or `killed` where the process that
+wrote `running` is gone from this machine).
 
 Which runs are variants of one another, and which one counts where a seed is repeated: see
 `attnexp.runs.collect`.
@@ -23,7 +22,8 @@ from pathlib import Path
 
 from attnexp.files import not_a_folder
 from attnexp.runs.collect import DATA_KEY, Run, find_records, same_config_variants, varied_keys
-from attnexp.runs.dirs import METRICS_FILE, natural_key
+from attnexp.runs.dirs import natural_key
+from attnexp.runs.record import METRICS_FILE
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +211,7 @@ def val_curves(
     return curves
 
 
-def check_out_dir(root: Path, out_dir: Path) -> None:
+def check_report_dir(root: Path, out_dir: Path) -> None:
     """A report is written again for the same folder of runs (it refreshes), never over the
     report of another folder."""
     blocker = not_a_folder(out_dir)
@@ -246,7 +246,7 @@ def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
             f"no {METRICS_FILE} of a training run under {root}{only} (give a multirun dir or a "
             f"folder of run dirs)"
         )
-    check_out_dir(root, out_dir)
+    check_report_dir(root, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
 

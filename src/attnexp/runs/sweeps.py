@@ -7,7 +7,6 @@ any job is launched, so a job can tell which of its overrides were swept.
 """
 
 import hashlib
-import json
 import logging
 import os
 import re
@@ -19,7 +18,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnexp.errors import ConfigError
 from attnexp.runs.dirs import (
-    METRICS_FILE,
     NO_RESUME,
     RESUME_KEY,
     check_output_dir_not_set,
@@ -29,6 +27,7 @@ from attnexp.runs.dirs import (
     override_key,
     run_holding,
 )
+from attnexp.runs.record import METRICS_FILE, read_record
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +98,8 @@ class FailedJobs(Callback):
         known = {Path(p).resolve() for p in FAILED_JOBS}  # already counted by this process
         for path in sorted(sweep_dir.glob(f"*/{METRICS_FILE}")):
             try:
-                record = json.loads(path.read_text())
-                status = record.get("status") if isinstance(record, dict) else "not a run record"
-            except (OSError, json.JSONDecodeError) as err:
+                status = read_record(path).get("status")
+            except (OSError, ValueError) as err:
                 status = f"unreadable ({err})"
             if status != "completed" and path.parent.resolve() not in known:
                 FAILED_JOBS.append(str(path.parent.resolve()))

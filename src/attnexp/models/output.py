@@ -1,0 +1,18 @@
+"""What every model's forward returns."""
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass
+class ModelOutput:
+    """logits (B, classes), and the attention weights when the call asked for them (else None).
+
+    The attention's form is the model's: pooling weights (B, T), self-attention weights
+    (B, nh, T, T), or one (B, nh, T, T) per layer; None for models without attention.
+    """
+
+    logits: torch.Tensor
+    attention: Any = None
