@@ -3,7 +3,7 @@
     python bench/bench_gpu.py --device cuda --out gpu.json --table gpu.md   # bench/run_gpu.sh
     python bench/bench_gpu.py --device cpu --steps 3 --warmup 1             # a smoke run
 
-Workloads (fp32, the sizes of docs/RESULTS.md's GPU table): IMDB BiLSTM + dot attention, batch
+Workloads (fp32, the sizes of docs/benchmarks.md's H100 table): IMDB BiLSTM + dot attention, batch
 128, reviews cut at 256 tokens (the embedded sample's length-bucketed batches, cycled: the same
 length distribution as the full set); bags of 3 MNIST digits, batch 128 (BagAttention, hidden
 256); LCQMC Transformer matcher (hidden 256, 4 heads, FFN 1024, depth 2, batch 32, AdamW with the

@@ -1,7 +1,7 @@
 """Shared by the benches: runner-vs-plain timing in many short paired rounds, and their helpers.
 
 On a shared CPU the same loop's speed drifts by up to ~20% within seconds (the plain bag-MNIST
-loop ran 17.8 and 21.9 ms per step a few seconds apart on 2026-11-21). One long runner segment
+loop ran 17.8 and 21.9 ms per step a few seconds apart). One long runner segment
 against one long plain segment therefore compares two states of the machine. Here every round
 times a short plain segment and a short runner segment back to back, alternating which goes
 first: the round's ratio cancels drift slower than a round, the median over rounds drops rounds

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The LCQMC rows of docs/RESULTS.md, one run at a time (reduced protocol: no official train file here).
-# Usage: DATA=/path/holding/lcqmc bash bench/run_lcqmc_results.sh
-# EXTRA is added to every command.
+# The LCQMC rows of docs/results.md, one run at a time (reduced protocol: train on 90% of the dev
+# split, so no official train file is needed).
+# Usage: DATA=<data_dir> bash bench/run_lcqmc_results.sh   (DATA holds lcqmc/{dev,test}.tsv)
+# EXTRA=<overrides> is added to every command.
 # OMP_NUM_THREADS=1: on 2 cores shared with other jobs, 1 thread ran ~10x faster than 2 (measured).
 set -u
 DATA=${DATA:?set DATA=<data_dir>, the folder holding lcqmc/}
