@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: help setup quickstart test test-all test-min lint format sweep report tensorboard bench clean
+.PHONY: help setup quickstart test test-fast test-all test-min lint format sweep report tensorboard bench bench-gpu clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -28,8 +28,16 @@ quickstart: setup  ## a real experiment offline on the embedded sample data (< 3
 	# One torch thread: on 2 busy cores the LSTM's per-time-step thread syncs made 2 threads >6x slower.
 	OMP_NUM_THREADS=1 $(BIN)/python -m attnexp model=lstm_attn scorer=dot trainer=cpu trainer.max_epochs=3 data.batch_size=32
 
-test: setup  ## the test suite (excludes slow tests)
-	$(BIN)/python -m pytest -q
+# The inner loop: unit tests of the building blocks, the data and the tasks, the configs and the
+# layering; no command run end to end (tests/cli, tests/runner, tests/runs; the e2e marker).
+FAST_TESTS := tests/modules tests/models tests/data tests/tasks tests/viz tests/test_configs.py \
+	tests/test_architecture.py tests/test_errors.py tests/test_files.py tests/cli/test_overrides.py
+
+test: setup  ## the test suite (excludes slow tests), with the 15 slowest listed
+	$(BIN)/python -m pytest -q --durations=15
+
+test-fast: setup  ## unit and config tests only, no end-to-end training (< 2 min on 2 cores)
+	$(BIN)/python -m pytest -q --durations=5 -m "not slow and not e2e" $(FAST_TESTS)
 
 test-all: setup  ## every test, slow ones too
 	$(BIN)/python -m pytest -q -m ""
@@ -63,6 +71,9 @@ bench: setup  ## throughput benchmarks (runner vs plain PyTorch loop)
 	$(BIN)/python bench/bench_bag_mnist.py
 	$(BIN)/python bench/bench_lcqmc.py $(if $(wildcard data/lcqmc/dev.tsv),--data-dir data)
 	$(BIN)/python bench/bench_imdb.py $(if $(wildcard data/imdb/train.parquet),--data-dir data)
+
+bench-gpu: setup  ## the GPU speed table, today's setup beside the new one (needs CUDA; OUT=outputs/gpu)
+	PYTHON=$(BIN)/python bash bench/run_gpu.sh
 
 clean:  ## remove caches (never outputs/)
 	rm -rf .ruff_cache .pytest_cache build dist src/*.egg-info

@@ -10,7 +10,8 @@ padded sequences, four ways:
 - `torch`: `nn.MultiheadAttention(need_weights=True, average_attn_weights=False)` with the same
   weights (the plain PyTorch module);
 - `unfused`: the same maths with the scores scaled, masked and the padded rows zeroed in separate
-  passes over (B, nh, T, T), as attnexp computed them until session 30;
+  passes over (B, nh, T, T), as attnexp computed them before it folded the scale and
+  the mask into one `baddbmm`;
 - `fused`: `MultiHeadSelfAttention(need_weights=False)`, the kernel training uses (no weights).
 All four must give the same outputs (checked first, in float32). The ways take turns within each
 round (`benchkit.taking_turns`); the medians over rounds are reported.

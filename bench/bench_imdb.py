@@ -6,7 +6,7 @@ from other processes hits both alike. Reported: the median reviews/s of each and
 the per-round ratios (target >= 0.97) with its quartiles, plus tokenisation throughput.
 
     python bench/bench_imdb.py                                   # embedded sample
-    python bench/bench_imdb.py --data-dir /work/shared/data      # full IMDB
+    python bench/bench_imdb.py --data-dir <data_dir>      # full IMDB from <data_dir>/imdb
     python bench/bench_imdb.py --device cuda --precision bf16-mixed
 """
 
@@ -59,7 +59,7 @@ def plain_segment(dm, vocab_size, batches, warmup, args) -> float:
         dm.train_dataloader(), lambda batch: benchkit.to_device(batch, args.device)
     ):
         with benchkit.autocast(args):
-            logits = model(batch["input_ids"], batch["mask"])
+            logits = model(batch["input_ids"], batch["mask"]).logits
             loss = F.cross_entropy(logits, batch["labels"])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -2,7 +2,7 @@
 loop over the same model and the same batches, in the same process; custom vs torch encoder blocks;
 custom blocks with and without F.scaled_dot_product_attention.
 
-    python bench/bench_lcqmc.py --data-dir /work/shared/data      # real pairs (reduced protocol)
+    python bench/bench_lcqmc.py --data-dir <data_dir>      # real pairs (reduced protocol)
     python bench/bench_lcqmc.py                                    # generated pairs, anywhere
     python bench/bench_lcqmc.py --device cuda --precision bf16-mixed
 
@@ -62,7 +62,7 @@ def plain_loop(model, batches: list[dict], args: argparse.Namespace) -> float:
     for batch in timed.window(loader, lambda batch: benchkit.to_device(batch, args.device)):
         inputs, labels = split_batch(batch)
         with benchkit.autocast(args):
-            loss = F.cross_entropy(model(**inputs), labels)
+            loss = F.cross_entropy(model(**inputs).logits, labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

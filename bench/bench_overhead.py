@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
 
+from attnexp.models import ModelOutput
 from attnexp.tasks import ClassificationTask
 
 
@@ -28,8 +29,8 @@ class Linear(nn.Module):
         super().__init__()
         self.layer = nn.Linear(16, 2)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layer(x)
+    def forward(self, x: torch.Tensor) -> ModelOutput:
+        return ModelOutput(self.layer(x))
 
 
 def make_batches(n: int) -> list[dict]:
@@ -47,7 +48,7 @@ def plain(batches: list[dict], warmup: int) -> float:
     optimizer = adam(model.parameters())
     timed = benchkit.PlainWindow(warmup, len(batches) - warmup)
     for batch in timed.window(DataLoader(batches, batch_size=None)):
-        loss = F.cross_entropy(model(batch["x"]), batch["labels"])
+        loss = F.cross_entropy(model(batch["x"]).logits, batch["labels"])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

@@ -1,7 +1,7 @@
 """Shared by the benches: runner-vs-plain timing in many short paired rounds, and their helpers.
 
 On a shared CPU the same loop's speed drifts by up to ~20% within seconds (the plain bag-MNIST
-loop ran 17.8 and 21.9 ms per step a few seconds apart on 2026-11-21). One long runner segment
+loop ran 17.8 and 21.9 ms per step a few seconds apart). One long runner segment
 against one long plain segment therefore compares two states of the machine. Here every round
 times a short plain segment and a short runner segment back to back, alternating which goes
 first: the round's ratio cancels drift slower than a round, the median over rounds drops rounds
@@ -21,7 +21,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-from attnexp.machine import describe_machine, machine_label
+from attnexp.runs.machine import describe_machine, machine_label
 from attnexp.tasks.classification import split_batch
 
 
@@ -144,7 +144,7 @@ class BareTask(pl.LightningModule):
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         inputs, labels = split_batch(batch)
-        return F.cross_entropy(self.model(**inputs), labels)
+        return F.cross_entropy(self.model(**inputs).logits, labels)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.optimizer_factory(self.model.parameters())

@@ -18,7 +18,7 @@ if "ATTNEXP_CACHE" not in os.environ:
 from hydra import compose, initialize_config_module  # noqa: E402
 from hydra.core.global_hydra import GlobalHydra  # noqa: E402
 
-from attnexp.config import register_resolvers  # noqa: E402
+from attnexp.runner.config import register_resolvers  # noqa: E402
 
 register_resolvers()
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"

@@ -35,11 +35,11 @@ def write_imdb(data_dir: Path, num_train: int = 64, num_test: int = 32, seed: in
 
 
 def train_in_process(cfg, run_dir: Path) -> dict:
-    """Run `attnexp.train.run` on a composed config (compose_cfg), writing a real run dir."""
+    """Run `attnexp.runner.train.run` on a composed config (compose_cfg), writing a real run dir."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf, open_dict
 
-    from attnexp.train import run
+    from attnexp.runner.train import run
 
     run_dir = Path(run_dir)
     with open_dict(cfg):

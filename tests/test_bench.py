@@ -135,8 +135,8 @@ def test_the_bag_bench_trains_a_runs_model(compose_cfg):
     which a run of model=bag_attn has had since session 11."""
     from bench_bag_mnist import make_model
 
-    from attnexp.build import build_model
     from attnexp.data.bag_mnist import BagMNISTDataModule
+    from attnexp.runner.build import build_model
 
     dm = BagMNISTDataModule("nowhere", source="sample", bag_size=3)
     dm.setup("fit")
@@ -180,3 +180,21 @@ def test_the_attention_weights_bench_refuses_ways_that_disagree(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["bench", "--batch-size", "2", "--length", "6"])
     with pytest.raises(SystemExit, match="unfused gives other outputs than attnexp's MHSA"):
         bench_attention_weights.main()
+
+
+def test_bench_gpu_runs_every_way_on_cpu(tmp_path, monkeypatch):
+    """bench_gpu.py's cases on the CPU (no profile, no graph): runner, plain and floor, today's
+    setup beside the new one, one JSON row and one table line each."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    out, table = tmp_path / "gpu.json", tmp_path / "gpu.md"
+    argv = ["bench_gpu.py", "--workloads", "bags", "--warmup", "1", "--steps", "1"]
+    argv += ["--rounds", "1", "--no-compile", "--threads", "1", "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", [*argv, "--table", str(table)])
+    runpy.run_path(str(BENCH / "bench_gpu.py"), run_name="__main__")
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["way"], r["setup"]) for r in rows] == [
+        ("runner", "today"), ("runner", "new"), ("plain", "today"), ("plain", "new"),
+        ("floor", "new"),
+    ]  # fmt: skip
+    assert all(r["per_s"] > 0 and r["unit"] == "bags/s" for r in rows)
+    assert table.read_text().count("| bags |") == 5

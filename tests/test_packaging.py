@@ -42,3 +42,27 @@ def test_every_floor_is_pinned_in_the_min_versions_test():
     assert {"pytorch-lightning", "hydra-core", "datasets", "pytest"} <= declared.keys()
     tested = {name: v for name, v in declared.items() if name not in UNPINNED}
     assert pins() == tested, "make .ci/min-versions.txt pin each floor of pyproject.toml"
+
+
+def test_every_package_folder_is_listed():
+    """A new folder of src/attnexp must join pyproject's `packages`, or a non-editable install
+    leaves it out (an editable one finds it anyway, so only a wheel would show it)."""
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    source = ROOT / "src"
+    folders = {
+        ".".join(init.parent.relative_to(source).parts)
+        for init in (source / "attnexp").rglob("__init__.py")
+    }
+    assert folders - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
+
+
+def test_every_console_script_names_a_function_there_is():
+    import importlib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert {"attnexp", "attnexp-evaluate", "attnexp-predict", "attnexp-report"} <= scripts.keys()
+    for target in scripts.values():
+        module, _, function = target.partition(":")
+        assert callable(getattr(importlib.import_module(module), function)), target

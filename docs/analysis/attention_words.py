@@ -19,8 +19,8 @@ import math
 
 import torch
 
-from attnexp.build import build
-from attnexp.checkpoints import load_run, load_weights, read_weights
+from attnexp.runner.build import build
+from attnexp.runner.load import load_run, load_weights, read_weights
 from attnexp.viz.text import token_weights
 
 
@@ -42,7 +42,7 @@ def attention_words(run: str, split: str = "test", max_batches: int | None = Non
         if max_batches is not None and i == max_batches:
             break
         inputs = {k: v for k, v in batch.items() if k != "labels"}
-        _, attention = model(**inputs, return_attention=True)
+        attention = model(**inputs, return_attention=True).attention
         if not isinstance(attention, torch.Tensor):
             raise SystemExit(f"{run}: its model returns no per-token attention to count")
         ids, mask = batch["input_ids"], batch["mask"]

@@ -15,8 +15,8 @@ import math
 
 import torch
 
-from attnexp.build import build
-from attnexp.checkpoints import load_run, load_weights, read_weights
+from attnexp.runner.build import build
+from attnexp.runner.load import load_run, load_weights, read_weights
 
 
 @torch.no_grad()
@@ -35,7 +35,8 @@ def attention_by_size(run: str, max_batches: int | None = None) -> list[dict]:
             if max_batches is not None and i == max_batches:
                 break
             batch = datamodule.on_after_batch_transfer(pool[(index, mask)], 0)
-            logits, weights = model(batch["items"], mask, return_attention=True)
+            output = model(batch["items"], mask, return_attention=True)
+            logits, weights = output.logits, output.attention
             deciding = pool.labels[index] == batch["labels"][:, None]  # the digits the rule picked
             right += (logits.argmax(-1) == batch["labels"]).sum().item()
             on_label += (weights * deciding).sum().item()

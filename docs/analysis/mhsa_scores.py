@@ -19,7 +19,8 @@ from omegaconf import OmegaConf
 
 from attnexp.modules.masking import masked_softmax
 from attnexp.modules.mhsa import MultiHeadSelfAttention
-from attnexp.prediction import load_predictor, texts_file_lines
+from attnexp.predictors import predictor_for
+from attnexp.runner.predict import load_predictor, texts_file_lines
 
 
 def row_scores(
@@ -57,8 +58,8 @@ def mhsa_scores(run: str, texts_file: str) -> dict:
     attention = next(m for m in predictor.model.modules() if isinstance(m, MultiHeadSelfAttention))
     inputs = {}
     hook = attention.register_forward_hook(lambda _m, args, _out: inputs.update(x=args[0]))
-    batch = predictor.datamodule.encode_raw(predictor.examples)
-    _, weights = predictor.model(**batch, return_attention=True)
+    batch = predictor_for(predictor.datamodule).encode_raw(predictor.examples)
+    weights = predictor.model(**batch, return_attention=True).attention
     hook.remove()
     x, mask = inputs["x"], batch["mask"]
     E = x.shape[-1]

@@ -1,3 +1,3 @@
-from attnexp.cli import cli
+from attnexp.cli.train import cli
 
 cli()

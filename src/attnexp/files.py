@@ -15,7 +15,7 @@ def checkpoint_value(path: Path | str, key: str):
     reads little of a large file. Raises one of TORCH_LOAD_ERRORS for a broken file."""
     import torch  # not at import: this module also serves the light commands
 
-    return torch.load(path, map_location="cpu", weights_only=False, mmap=True)[key]
+    return torch.load(path, map_location="cpu", weights_only=True, mmap=True)[key]
 
 
 def write_atomically(path: Path, write: Callable[[Path], object]) -> Path:

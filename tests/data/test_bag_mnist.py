@@ -1,3 +1,5 @@
+from types import SimpleNamespace
+
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -5,7 +7,7 @@ from lightning_fabric.utilities.data import _set_sampler_epoch
 from mnist_data import write_mnist
 
 from attnexp.data.bag_mnist import BagMNISTDataModule
-from attnexp.data.bags import sample_bags
+from attnexp.data.bags import bag_labels, sample_bags
 from attnexp.data.mnist import load_mnist
 from attnexp.errors import ConfigError
 from attnexp.models.bag import BagMLP
@@ -187,6 +189,8 @@ def test_one_bag_batches_are_refused_for_a_model_with_batchnorm(data_dir):
         ({"eval_variable_max": "abc"}, r"data.eval_variable_max=abc must be a whole number >= 0"),
         ({"num_workers": -1}, r"data.num_workers=-1 must be a whole number >= 0"),  # failed in fit
         ({"shift": -1}, r"data.shift=-1 must be a whole number >= 0 \(set data.shift=\.\.\.\)"),
+        ({"on_device": "yes"}, r"data.on_device='yes' is not one of auto, true, false"),
+        ({"on_device": True, "num_workers": 2}, r"data.on_device=true .*data.num_workers=0"),
     ],
 )
 def test_invalid_settings(tmp_path, kwargs, match):
@@ -298,3 +302,68 @@ def test_a_split_that_leaves_no_validation_image_is_refused(data_dir):
         ConfigError, match=r"val_fraction=0.001 of the 200 training images leaves 0"
     ):
         make(data_dir, val_fraction=0.001)
+
+
+ON_GPU = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")]
+
+
+def on_trainer(dm: BagMNISTDataModule, device: str) -> BagMNISTDataModule:
+    """The DataModule as a single-process Trainer training on `device` holds it (what its
+    loaders read of the trainer)."""
+    strategy = SimpleNamespace(root_device=torch.device(device))
+    dm.trainer = SimpleNamespace(
+        strategy=strategy, overfit_batches=0, world_size=1, global_rank=0, lightning_module=None
+    )
+    return dm
+
+
+@pytest.mark.parametrize(
+    "on_device, workers, trained_on, drawn_on",
+    [
+        ("auto", 0, "cuda", "cuda"),
+        ("auto", 2, "cuda", "cpu"),  # workers cannot share the GPU's tensors
+        ("auto", 0, "cpu", "cpu"),
+        (False, 0, "cuda", "cpu"),
+        (True, 0, "cuda", "cuda"),
+    ],
+)
+def test_where_the_bags_are_drawn(tmp_path, on_device, workers, trained_on, drawn_on):
+    dm = BagMNISTDataModule(str(tmp_path), on_device=on_device, num_workers=workers)
+    assert dm.data_device().type == "cpu"  # no trainer yet
+    assert on_trainer(dm, trained_on).data_device().type == drawn_on
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=ON_GPU)])
+@pytest.mark.parametrize("rule", ["largest", "parity"])
+def test_bags_drawn_on_the_device_are_valid(data_dir, device, rule):
+    """Through the device path (on the CPU: the same code, the CPU's generator): every item is a
+    training image, the labels follow the rule, and the bags are the same for the same seed."""
+    dm = on_trainer(make(data_dir, on_device=True, label_rule=rule, num_train_bags=32), device)
+    again = on_trainer(make(data_dir, on_device=True, label_rule=rule, num_train_bags=32), device)
+    images, labels = dm.splits["train"]
+    batches = train_batches(dm, 0)
+    assert len(batches) == 4
+    for batch, same in zip(batches, train_batches(again, 0), strict=True):
+        assert all(value.device.type == device for value in batch.values())
+        assert all(torch.equal(batch[key], same[key]) for key in batch)
+        items = batch["items"].cpu().flatten(2)  # (B, T, S*S)
+        found = (items[:, :, None, :] == images.flatten(1)[None, None]).all(-1)  # (B, T, N)
+        assert found.any(-1).all(), "an item that is no training image"
+        index = found.int().argmax(-1)  # (B, T)
+        mask = batch["mask"].cpu()
+        assert torch.equal(batch["labels"].cpu(), bag_labels(labels, index, mask, rule))
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=ON_GPU)])
+def test_evaluation_bags_on_the_device_are_the_hosts(data_dir, device):
+    """Validation and test bags are drawn from their seed on the CPU wherever they are used: the
+    same bags on the device as on the host, every pass."""
+    on_host = make(data_dir, seed=3, eval_bag_sizes=[2], num_eval_bags=12)
+    on_gpu = on_trainer(make(data_dir, seed=3, eval_bag_sizes=[2], num_eval_bags=12), device)
+    loaders = [on_host.val_dataloader(), *on_host.test_dataloader()]
+    device_loaders = [on_gpu.val_dataloader(), *on_gpu.test_dataloader()]
+    for host, there in zip(loaders, device_loaders, strict=True):
+        for _ in range(2):
+            for a, b in zip(host, there, strict=True):
+                assert b["items"].device.type == device
+                assert all(torch.equal(a[key], b[key].cpu()) for key in a)

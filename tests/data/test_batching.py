@@ -10,7 +10,6 @@ from attnexp.data.batching import (
     pad_sequences,
 )
 from attnexp.data.resumable import ResumableLoader
-from attnexp.errors import ConfigError
 
 LENGTHS = [5, 1, 9, 3, 3, 7, 2, 8, 4, 6, 10, 1, 2]
 
@@ -46,8 +45,8 @@ def test_buckets_sorted_within_pool_and_epochs_differ():
 
 
 def test_batch_order_is_pinned():
-    """Epoch 0 of the IMDB/LCQMC runs recorded in docs/RESULTS.md had this order: keep it.
-    Later epochs are drawn from `epoch_seed(seed, epoch)` since 2026-11-22 (session 9)."""
+    """A seed's batches are part of its results: a changed order changes every number.
+    Each epoch's order is drawn from `epoch_seed(seed, epoch)`."""
     epoch0 = [[3, 0, 7], [4], [5, 2, 10], [1, 8, 9], [11, 6, 12]]
     epoch1 = [[7], [1, 6, 3], [8, 5, 10], [11, 12, 4], [0, 9, 2]]
     sampler = bucket_batch_sampler(LENGTHS, 3, shuffle=True, seed=1, pool_batches=2)
@@ -97,18 +96,6 @@ def test_collate_tokens_keeps_each_label_with_its_example():
     assert batch["labels"].tolist() == [1, 0, 2]
     assert batch["input_ids"].tolist() == [[5, 6, 0], [7, 0, 0], [8, 9, 4]]
     assert batch["mask"].sum(1).tolist() == [2, 1, 3]
-
-
-def test_repeat_keeps_epoch_0_order():
-    """epoch_order=repeat: the order the runs recorded before reshuffling trained on."""
-    sampler = bucket_batch_sampler(LENGTHS, 3, True, seed=1, pool_batches=2, epoch_order="repeat")
-    epoch0 = list(sampler)
-    assert not hasattr(sampler.sampler, "set_epoch")  # Lightning has nothing to move on
-    assert epoch0 == [[3, 0, 7], [4], [5, 2, 10], [1, 8, 9], [11, 6, 12]] == list(sampler)
-    with pytest.raises(
-        ConfigError, match=r"data.epoch_order 'once' is not one of reshuffle, repeat"
-    ):
-        bucket_batch_sampler(LENGTHS, 3, True, epoch_order="once")
 
 
 def test_no_seed_repeats_the_order_of_another_seeds_epoch():

@@ -13,6 +13,7 @@ from attnexp.data.batching import collate_tokens
 from attnexp.data.imdb import IMDBDataModule
 from attnexp.data.sources import sample_path
 from attnexp.errors import ConfigError
+from attnexp.predictors import predictor_for
 
 
 def make_dm(tmp_path, **kwargs) -> IMDBDataModule:
@@ -274,8 +275,8 @@ def test_token_cache_is_reused(tmp_path, caplog):
 
 
 def test_ids_cached_under_another_encoding_rule_are_not_reused(tmp_path, monkeypatch):
-    """`ENCODING` names how texts become ids beyond the tokenizer (a typed "[PAD]" reads as [UNK]
-    since 2026-11-23): a new rule must miss the ids cached under the old one."""
+    """`ENCODING` names how texts become ids beyond the tokenizer (a typed "[PAD]" reads as [UNK]):
+    a new rule must miss the ids cached under the old one."""
     write_imdb(tmp_path / "data")
     make_dm(tmp_path).setup("fit")
     folder = tmp_path / "cache" / "imdb"
@@ -326,18 +327,25 @@ def test_artifacts_round_trip_and_raw_inputs(tmp_path):
     other.setup("fit")
     other.load_artifacts(str(tmp_path / "run"))
     assert other.tokenizer.to_str() == dm.tokenizer.to_str()
-    batch = fresh.encode_raw([{"text": "A great film"}, {"text": "zzqx " * 50}])
+    batch = predictor_for(fresh).encode_raw([{"text": "A great film"}, {"text": "zzqx " * 50}])
     assert batch["input_ids"].shape == (2, 20) and batch["mask"].sum(1).tolist() == [3, 20]
-    assert fresh.check_raw({"text": "  "}) is not None and fresh.check_raw({"text": "film"}) is None
-    assert any("unknown" in n for n in fresh.raw_notes({"text": "zzqx qqq"}))
-    assert any("first 20 of 50" in n for n in fresh.raw_notes({"text": "film " * 50}))
-    assert fresh.raw_notes({"text": "film " * 20}) == []  # exactly max_seq_len: all read
+    assert (
+        predictor_for(fresh).check_raw({"text": "  "}) is not None
+        and predictor_for(fresh).check_raw({"text": "film"}) is None
+    )
+    assert any("unknown" in n for n in predictor_for(fresh).raw_notes({"text": "zzqx qqq"}))
+    assert any(
+        "first 20 of 50" in n for n in predictor_for(fresh).raw_notes({"text": "film " * 50})
+    )
+    assert (
+        predictor_for(fresh).raw_notes({"text": "film " * 20}) == []
+    )  # exactly max_seq_len: all read
     tail = make_dm(tmp_path, truncation="head_tail")
     tail.load_artifacts(str(tmp_path / "run"))
-    assert tail.encode_raw([{"text": "a " * 30 + "great"}])["input_ids"][
+    assert predictor_for(tail).encode_raw([{"text": "a " * 30 + "great"}])["input_ids"][
         0, -1
     ] == tail.tokenizer.token_to_id("great")
-    assert fresh.prediction_label(1) == "positive"
+    assert predictor_for(fresh).prediction_label(1) == "positive"
 
 
 def test_raw_notes_count_what_the_model_reads(tmp_path):
@@ -347,14 +355,22 @@ def test_raw_notes_count_what_the_model_reads(tmp_path):
     dm = make_dm(tmp_path)
     dm.setup("fit")
     # unknown words past token 20 are not read; 20 unknown words read are all there is
-    assert dm.raw_notes({"text": "film " * 20 + "zzqx"})[0].startswith("long text: only the first")
-    assert not any("unknown" in n for n in dm.raw_notes({"text": "film " * 20 + "zzqx"}))
-    assert "every word is unknown" in dm.raw_notes({"text": "zzqx " * 20 + "film"})[1]
+    assert (
+        predictor_for(dm)
+        .raw_notes({"text": "film " * 20 + "zzqx"})[0]
+        .startswith("long text: only the first")
+    )
+    assert not any(
+        "unknown" in n for n in predictor_for(dm).raw_notes({"text": "film " * 20 + "zzqx"})
+    )
+    assert (
+        "every word is unknown" in predictor_for(dm).raw_notes({"text": "zzqx " * 20 + "film"})[1]
+    )
     tail = make_dm(tmp_path, truncation="head_tail")
     tail.setup("fit")
-    (note,) = tail.raw_notes({"text": "film " * 50})
+    (note,) = predictor_for(tail).raw_notes({"text": "film " * 50})
     assert "only the first and last 20 of 50 tokens" in note and "truncation=head_tail" in note
-    assert dm.check_raw({"text": " \t "}) == "empty text: nothing to classify"
+    assert predictor_for(dm).check_raw({"text": " \t "}) == "empty text: nothing to classify"
     probes = dm.probe_batch(2)
     assert probes["input_ids"].shape[0] == 2 and probes["labels"].tolist() == [1, 0]
 
@@ -388,15 +404,17 @@ def test_probe_figures_per_head(tmp_path):
     batch = dm.probe_batch(3)
     B, T = batch["input_ids"].shape
     logits = torch.zeros(B, 2)
-    pooled = dm.attention_figure(batch, logits, torch.softmax(torch.randn(B, T), -1))
+    pooled = predictor_for(dm).attention_figure(batch, logits, torch.softmax(torch.randn(B, T), -1))
     assert list(pooled) == ["attention/pooling"]
-    heads = dm.attention_figure(batch, logits, torch.softmax(torch.randn(B, 4, T, T), -1))
+    heads = predictor_for(dm).attention_figure(
+        batch, logits, torch.softmax(torch.randn(B, 4, T, T), -1)
+    )
     assert list(heads) == [f"attention/head{h}" for h in range(4)]
-    assert dm.attention_figure(batch, logits, None) is None
+    assert predictor_for(dm).attention_figure(batch, logits, None) is None
 
 
 def test_loader_batch_order_is_pinned(tmp_path):
-    """Epoch 0 of the IMDB runs recorded in docs/RESULTS.md had this batch order: keep it."""
+    """A seed's batches are part of its results: this order must not change unnoticed."""
     write_imdb(tmp_path / "data", num_train=42, num_test=12)
     # 6 of each label's 21 reviews held out (what 0.3 gave before the labels' shares had to add
     # up to the total: 0.3 now holds out 13)

@@ -9,6 +9,7 @@ from lcqmc_data import write_lcqmc
 from attnexp.data.chinese import PairTokenizer
 from attnexp.data.lcqmc import LCQMCDataModule, read_pairs
 from attnexp.errors import ConfigError
+from attnexp.predictors import predictor_for
 
 
 def test_char_level_tokenization():
@@ -211,7 +212,7 @@ def test_batches_cache_and_artifacts(tmp_path):
     )
     assert torch.equal(batch["segment_ids"], pair_segments(batch))  # a [SEP] b [SEP] -> 0 0 1 1
     assert batch["segment_ids"].sum() > 0
-    assert len(list((tmp_path / "cache").glob("*.pt"))) == 3
+    assert len(list((tmp_path / "cache" / "lcqmc").glob("*.pt"))) == 3
     assert len(dm.test_dataloader()) == 1  # the 40 test pairs in one batch of eval_batch_size
     again = make_dm(tmp_path)
     again.setup()  # from the cache: the same encodings
@@ -253,33 +254,38 @@ def test_raw_inputs_for_predict(tmp_path, monkeypatch):
     write_lcqmc(tmp_path / "data")
     dm = make_dm(tmp_path, max_seq_len=12)
     dm.setup()
-    assert dm.raw_fields == ("text_a", "text_b")
-    assert "text_a is empty" in dm.check_raw({"text_a": " ", "text_b": "电脑"})
-    assert dm.check_raw({"text_a": "电脑", "text_b": "录像"}) is None
-    notes = dm.raw_notes({"text_a": "电脑" * 10, "text_b": "火星"})
+    assert predictor_for(dm).raw_fields == ("text_a", "text_b")
+    assert "text_a is empty" in predictor_for(dm).check_raw({"text_a": " ", "text_b": "电脑"})
+    assert predictor_for(dm).check_raw({"text_a": "电脑", "text_b": "录像"}) is None
+    notes = predictor_for(dm).raw_notes({"text_a": "电脑" * 10, "text_b": "火星"})
     assert any("truncated to data.max_seq_len=12" in n for n in notes) and any(
         "[UNK]" in n for n in notes
     )
     # unknown words in the part cut off are not read: not counted (they were, as 2 of 22)
-    notes = dm.raw_notes({"text_a": "电脑" * 10 + "火星", "text_b": "录像"})
+    notes = predictor_for(dm).raw_notes({"text_a": "电脑" * 10 + "火星", "text_b": "录像"})
     assert len(notes) == 1 and "truncated to data.max_seq_len=12" in notes[0]
     # [CLS] a [SEP] b [SEP]: 9 characters fit in 12 tokens, 10 do not
-    assert dm.raw_notes({"text_a": "电脑电脑电", "text_b": "电脑电脑"}) == []
-    notes = dm.raw_notes({"text_a": "电脑电脑电", "text_b": "电脑电脑电"})
+    assert predictor_for(dm).raw_notes({"text_a": "电脑电脑电", "text_b": "电脑电脑"}) == []
+    notes = predictor_for(dm).raw_notes({"text_a": "电脑电脑电", "text_b": "电脑电脑电"})
     assert len(notes) == 1 and notes[0].startswith("13 tokens with [CLS]/[SEP]: truncated to")
-    notes = dm.raw_notes({"text_a": "电脑", "text_b": "火星"})
+    notes = predictor_for(dm).raw_notes({"text_a": "电脑", "text_b": "火星"})
     assert notes == ["2 of the 4 tokens read are not in the training vocabulary ([UNK])"]
-    batch = dm.encode_raw(
+    batch = predictor_for(dm).encode_raw(
         [{"text_a": "电脑" * 10, "text_b": "录像"}, {"text_a": "电", "text_b": "脑"}]
     )
     assert batch["input_ids"].shape == (2, 12) and batch["mask"].sum(1).tolist() == [12, 5]
     assert torch.equal(batch["segment_ids"], pair_segments(batch))
-    assert dm.prediction_label(1) == "similar" and dm.prediction_label(0) == "not similar"
+    assert (
+        predictor_for(dm).prediction_label(1) == "similar"
+        and predictor_for(dm).prediction_label(0) == "not similar"
+    )
     attention = [torch.softmax(torch.randn(2, 2, 12, 12), -1)]
     monkeypatch.chdir(tmp_path)
-    views = dm.prediction_attention(batch, attention)
+    views = predictor_for(dm).prediction_attention(batch, attention)
     probs = torch.tensor([[0.3, 0.7], [0.6, 0.4]])
-    files = dm.prediction_figures(batch, probs, attention, views, [tmp_path / "ex0", None])
+    files = predictor_for(dm).prediction_figures(
+        batch, probs, attention, views, [tmp_path / "ex0", None]
+    )
     assert [f.name for f in files] == ["ex0.png", "ex0.html"]
     assert all(f.stat().st_size > 0 for f in files) and not list(tmp_path.glob("None*"))
     assert "layer 1 head 2" in (tmp_path / "ex0.html").read_text(encoding="utf-8")
@@ -314,13 +320,13 @@ def test_probe_batch_and_attention_figures(tmp_path):
     T = batch["input_ids"].shape[1]
     attention = [torch.softmax(torch.randn(4, 2, T, T), -1) for _ in range(2)]
     logits = torch.tensor([[0.0, 1.0], [2.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
-    figures = dm.attention_figure(batch, logits, attention)
+    figures = predictor_for(dm).attention_figure(batch, logits, attention)
     assert list(figures) == ["attention/pair0", "attention/pair1"]
     assert len(figures["attention/pair0"].axes) == 4  # 2 layers x 2 heads
     titles = [figures[f"attention/pair{b}"]._suptitle.get_text() for b in (0, 1)]
     assert titles == ["p(similar)=0.73, label=similar", "p(similar)=0.12, label=not similar"]
     one = {key: value[:1] for key, value in batch.items()}  # fewer examples than figures
-    figures = dm.attention_figure(one, torch.randn(1, 2), [a[:1] for a in attention])
+    figures = predictor_for(dm).attention_figure(one, torch.randn(1, 2), [a[:1] for a in attention])
     assert list(figures) == ["attention/pair0"]
 
 
@@ -351,11 +357,11 @@ def test_loader_batch_order_is_pinned(tmp_path):
 def test_missing_or_broken_tokenizer_file(tmp_path):
     write_lcqmc(tmp_path / "data", {"dev": 20, "test": 6})
     missing = tmp_path / "missing.json"
-    with pytest.raises(ConfigError, match=r"no tokenizer at .*missing.json.*data.tokenizer_file="):
-        make_dm(tmp_path, tokenizer_file=str(missing)).setup("fit")
+    with pytest.raises(ConfigError, match=r"no tokenizer at .*missing.json.*data.tokenizer_path="):
+        make_dm(tmp_path, tokenizer_path=str(missing)).setup("fit")
     missing.write_text('{"version": "1.0", "trunc')
-    with pytest.raises(ConfigError, match=r"not a valid tokenizer file .*data.tokenizer_file="):
-        make_dm(tmp_path, tokenizer_file=str(missing)).setup("fit")
+    with pytest.raises(ConfigError, match=r"not a valid tokenizer file .*data.tokenizer_path="):
+        make_dm(tmp_path, tokenizer_path=str(missing)).setup("fit")
 
 
 @pytest.mark.parametrize(
@@ -384,7 +390,7 @@ def test_a_broken_cached_encoding_is_encoded_again(tmp_path, caplog):
     """A cut-short cache file stopped setup with torch's zip-archive RuntimeError."""
     write_lcqmc(tmp_path / "data")
     make_dm(tmp_path).setup()
-    for cached in (tmp_path / "cache").glob("*.pt"):
+    for cached in (tmp_path / "cache" / "lcqmc").glob("*.pt"):
         cached.write_bytes(cached.read_bytes()[:100])
     with caplog.at_level("WARNING"):
         dm = make_dm(tmp_path)
@@ -407,12 +413,18 @@ def test_a_training_split_of_one_class_is_refused(tmp_path):
 
 
 def test_the_cache_lies_under_attnexp_cache_as_imdbs_does(compose_cfg, monkeypatch):
-    """It was .cache/lcqmc in the folder a run started from, whatever $ATTNEXP_CACHE said."""
+    """data.cache_dir means what it means for IMDB: null is $ATTNEXP_CACHE, else ~/.cache/attnexp,
+    and the dataset caches in its own folder under it."""
     monkeypatch.setenv("ATTNEXP_CACHE", "/elsewhere/cache")
-    assert compose_cfg("model=transformer").data.cache_dir == "/elsewhere/cache/lcqmc"
+    assert compose_cfg("model=transformer").data.cache_dir is None
+    assert instantiate(compose_cfg("model=transformer").data).cache_folder == Path(
+        "/elsewhere/cache/lcqmc"
+    )
     monkeypatch.delenv("ATTNEXP_CACHE")
     dm = instantiate(compose_cfg("model=transformer").data)
-    assert dm.cache_dir == Path("~/.cache/attnexp/lcqmc").expanduser()
+    assert dm.cache_folder == Path("~/.cache/attnexp/lcqmc").expanduser()
+    imdb = instantiate(compose_cfg("model=lstm_mean").data)
+    assert imdb.cache_folder == Path("~/.cache/attnexp/imdb").expanduser()
 
 
 def test_pair_files_with_a_bom_crlf_and_a_lone_carriage_return(tmp_path):

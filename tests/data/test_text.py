@@ -80,8 +80,7 @@ def test_save_load_round_trip(tmp_path):
 
 def test_a_run_tokenizer_is_never_replaced_and_the_cause_is_said(tmp_path):
     """A resumed attempt builds its tokenizer again: another rule of cutting words means another
-    attnexp version, other words by the same rule other training texts (an audit resumed an IMDB run
-    from before the <br> rule changed and was told its training texts differed)."""
+    attnexp version, other words by the same rule other training texts: the message says which."""
     tok = train_word_tokenizer(TEXTS, vocab_size=100, min_frequency=1)
     save_tokenizer(tok, tmp_path)
     save_tokenizer(train_word_tokenizer(TEXTS, vocab_size=100, min_frequency=1), tmp_path)

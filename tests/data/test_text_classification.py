@@ -12,10 +12,11 @@ import pytest
 from imdb_data import TINY_MODEL, train_in_process
 from omegaconf import OmegaConf
 
-from attnexp.build import instantiate_checked
 from attnexp.data.splits import held_out_sizes, stratified_split
 from attnexp.data.text_classification import TextClassificationDataModule
 from attnexp.errors import ConfigError
+from attnexp.predictors import predictor_for
+from attnexp.runner.build import instantiate_checked
 
 
 class TinyTopics(TextClassificationDataModule):
@@ -163,9 +164,14 @@ def test_a_new_dataset_trains_and_predicts(compose_cfg, tmp_path):
     dm.load_artifacts(str(run))
     dm.setup("predict")
     assert dm.splits is None and dm.model_kwargs["num_classes"] == 3
-    batch = dm.encode_raw([{"text": "The minister lost the vote"}, {"text": "goal " * 40}])
+    batch = predictor_for(dm).encode_raw(
+        [{"text": "The minister lost the vote"}, {"text": "goal " * 40}]
+    )
     assert batch["input_ids"].shape == (2, 32) and batch["mask"].sum(1).tolist() == [5, 32]
     assert batch["input_ids"][0, 1] == dm.tokenizer.token_to_id("minister")
-    assert dm.check_raw({"text": " "}) and dm.check_raw({"text": "a goal"}) is None
-    assert any("unknown" in n for n in dm.raw_notes({"text": "zzqx"}))
-    assert [dm.prediction_label(i) for i in range(3)] == list(TinyTopics.labels)
+    assert (
+        predictor_for(dm).check_raw({"text": " "})
+        and predictor_for(dm).check_raw({"text": "a goal"}) is None
+    )
+    assert any("unknown" in n for n in predictor_for(dm).raw_notes({"text": "zzqx"}))
+    assert [predictor_for(dm).prediction_label(i) for i in range(3)] == list(TinyTopics.labels)

@@ -17,6 +17,7 @@ from attnexp.data.translation_text import (
     words,
 )
 from attnexp.errors import ConfigError
+from attnexp.predictors import predictor_for
 
 
 def fra_eng(tmp_path, **kwargs) -> FraEngDataModule:
@@ -195,8 +196,9 @@ def test_the_probe_batch_draws_one_alignment_panel_per_sentence(tmp_path):
         embed_dim=8,
         hidden_size=8,
     ).eval()
-    logits, attention = model(**batch, return_attention=True)  # what AttentionFigures calls
-    figure = dm.attention_figure(batch, logits, attention)
+    output = model(**batch, return_attention=True)  # what AttentionFigures calls
+    predictor = predictor_for(dm)
+    figure = predictor.attention_figure(batch, output.logits, output.attention)
     assert (
         len(figure.axes) == 4
         and len(
@@ -208,4 +210,4 @@ def test_the_probe_batch_draws_one_alignment_panel_per_sentence(tmp_path):
         )
         == 4
     )
-    assert dm.attention_figure(batch, logits, None) is None
+    assert predictor.attention_figure(batch, output.logits, None) is None

@@ -24,12 +24,16 @@ def test_shapes_shares_and_any_bag_size(backbone):
     model = BagMaxPool(C, S, hidden_size=H, backbone=backbone).eval()
     mask = lengths_to_mask(torch.tensor([4, 2, 1]), T)
     items = torch.randn(B, T, 1, S, S) * mask[:, :, None, None, None]
-    logits, shares = model(items, mask, return_attention=True)
+    output = model(items, mask, return_attention=True)
+    logits, shares = output.logits, output.attention
     assert logits.shape == (B, C) and shares.shape == (B, T)
     assert torch.allclose(shares.sum(-1), torch.ones(B)) and (shares[~mask] == 0).all()
     empty = torch.zeros(1, T, dtype=torch.bool)  # a bag of no items credits no padded slot
-    assert (model(torch.zeros(1, T, 1, S, S), empty, return_attention=True)[1] == 0).all()
-    assert model(torch.randn(2, 9, 1, S, S), torch.ones(2, 9, dtype=torch.bool)).shape == (2, C)
+    assert (model(torch.zeros(1, T, 1, S, S), empty, return_attention=True).attention == 0).all()
+    assert model(torch.randn(2, 9, 1, S, S), torch.ones(2, 9, dtype=torch.bool)).logits.shape == (
+        2,
+        C,
+    )
 
 
 def kinds(net: torch.nn.Module) -> list[str]:

@@ -4,6 +4,7 @@ from imdb_data import token_batch
 
 from attnexp.errors import ConfigError
 from attnexp.models.lstm import LSTMAttention, LSTMMean, LSTMSelfAttention
+from attnexp.models.self_attention import SelfAttentionClassifier
 from attnexp.modules import AdditiveScorer, DotScorer
 
 V, B, T = 50, 3, 7
@@ -29,8 +30,8 @@ MODELS = {  # each takes further model settings as keywords
     "simple": lambda **kw: LSTMSelfAttention(
         V, 2, attention="simple", embed_dim=8, hidden_size=4, **kw
     ),
-    "no_lstm": lambda **kw: LSTMSelfAttention(
-        V, 2, heads=2, use_lstm=False, embed_dim=8, max_seq_len=T, **kw
+    "no_lstm": lambda **kw: SelfAttentionClassifier(
+        V, 2, heads=2, embed_dim=8, max_seq_len=T, **kw
     ),
 }
 
@@ -40,10 +41,11 @@ def test_padding_is_ignored(name, batch):
     ids, mask = batch
     torch.manual_seed(1)
     model = MODELS[name]().eval()
-    logits, attention = model(ids, mask, return_attention=True)
+    output = model(ids, mask, return_attention=True)
+    logits, attention = output.logits, output.attention
     assert logits.shape == (B, 2) and torch.isfinite(logits).all()
     other = ids.masked_fill(~mask, 7)  # change what sits in the padded slots
-    torch.testing.assert_close(model(other, mask), logits)
+    torch.testing.assert_close(model(other, mask).logits, logits)
     if attention is not None:
         if attention.ndim == 2:  # pooling weights (B, T)
             assert (attention[~mask] == 0).all()
@@ -59,9 +61,9 @@ def test_a_reviews_logits_do_not_depend_on_its_batch(name, batch):
     ids, mask = batch
     torch.manual_seed(1)
     model = MODELS[name]().eval()
-    logits = model(ids, mask)
+    logits = model(ids, mask).logits
     for b, n in enumerate(mask.sum(1).tolist()):
-        alone = model(ids[b : b + 1, :n], mask[b : b + 1, :n])
+        alone = model(ids[b : b + 1, :n], mask[b : b + 1, :n]).logits
         torch.testing.assert_close(alone[0], logits[b], rtol=1e-5, atol=1e-6)
 
 
@@ -69,10 +71,9 @@ def test_a_reviews_logits_do_not_depend_on_its_batch(name, batch):
 def test_gradients_flow(name, batch):
     ids, mask = batch
     model = MODELS[name]()
-    model(ids, mask).sum().backward()
-    assert (
-        model.head.weight.grad is not None and model.encoder.embedding.weight.grad.abs().sum() > 0
-    )
+    model(ids, mask).logits.sum().backward()
+    embedding = model.embedding if name == "no_lstm" else model.encoder.embedding
+    assert model.head.weight.grad is not None and embedding.weight.grad.abs().sum() > 0
 
 
 @pytest.mark.parametrize(
@@ -92,24 +93,27 @@ def test_dropout_acts_in_training_only(name, setting, batch):
     ids, mask = batch
     torch.manual_seed(0)
     model = MODELS[name](**{setting: 0.5}).eval()
-    assert torch.equal(model(ids, mask), model(ids, mask))
+    assert torch.equal(model(ids, mask).logits, model(ids, mask).logits)
     model.train()
-    assert not torch.allclose(model(ids, mask), model(ids, mask))
+    assert not torch.allclose(model(ids, mask).logits, model(ids, mask).logits)
 
 
 def test_a_model_without_lstm_has_no_lstm_weights():
-    """use_lstm=false runs no LSTM: its weights would sit unused in checkpoints and parameter
+    """The self-attention classifier runs no LSTM, and has none in its checkpoints or parameter
     counts."""
-    assert not [k for k in MODELS["no_lstm"]().state_dict() if k.startswith("encoder.lstm.")]
+    assert not [k for k in MODELS["no_lstm"]().state_dict() if "lstm" in k]
     assert [k for k in MODELS["mhsa"]().state_dict() if k.startswith("encoder.lstm.")]
 
 
 def test_attention_shapes(batch):
     ids, mask = batch
-    assert MODELS["mean"]()(ids, mask, return_attention=True)[1] is None
-    assert MODELS["dot"]()(ids, mask, return_attention=True)[1].shape == (B, T)
-    assert MODELS["mhsa"]()(ids, mask, return_attention=True)[1].shape == (B, 2, T, T)
-    assert MODELS["simple"]()(ids, mask, return_attention=True)[1].shape == (B, 1, T, T)
+    assert MODELS["mean"]()(ids, mask, return_attention=True).attention is None
+    assert MODELS["dot"]()(ids, mask, return_attention=True).attention.shape == (B, T)
+    assert MODELS["mhsa"]()(ids, mask, return_attention=True).attention.shape == (B, 2, T, T)
+    assert MODELS["simple"]()(ids, mask, return_attention=True).attention.shape == (B, 1, T, T)
+    assert MODELS["no_lstm"]()(ids, mask, return_attention=True).attention.shape == (B, 2, T, T)
+    for name in MODELS:  # not asked for: one type all the same, without the weights
+        assert MODELS[name]()(ids, mask).attention is None
 
 
 def test_embed_init():
@@ -138,9 +142,7 @@ def test_query_init():
         lambda init: LSTMMean(V, 2, linear_init=init),
         lambda init: LSTMAttention(V, 2, scorer=AdditiveScorer, linear_init=init),
         lambda init: LSTMSelfAttention(V, 2, heads=2, hidden_size=4, linear_init=init),
-        lambda init: LSTMSelfAttention(
-            V, 2, heads=2, use_lstm=False, embed_dim=8, linear_init=init
-        ),
+        lambda init: SelfAttentionClassifier(V, 2, heads=2, embed_dim=8, linear_init=init),
     ],
 )
 def test_linear_init_reaches_every_linear_layer_and_no_other(build):
@@ -154,7 +156,7 @@ def test_linear_init_reaches_every_linear_layer_and_no_other(build):
     # Embeddings and LSTM are built first from the same seed and keep their own init.
     xavier_params = dict(xavier_model.named_parameters())
     for name, param in torch_model.named_parameters():
-        if name.startswith("encoder."):
+        if name.startswith(("encoder.", "embedding.")):
             assert torch.equal(param, xavier_params[name]), name
 
 
@@ -165,7 +167,7 @@ def test_config_errors():
     ):
         LSTMSelfAttention(V, 2, heads=3, hidden_size=4)
     with pytest.raises(ConfigError, match=r"feature size 8 .* model.heads=3 .* model.embed_dim\)"):
-        LSTMSelfAttention(V, 2, heads=3, use_lstm=False, embed_dim=8)
+        SelfAttentionClassifier(V, 2, heads=3, embed_dim=8)
     # heads=-2 divides 8, and "abc" cannot be compared: these said "not divisible" / a TypeError
     for heads in (-2, 0, "abc"):
         with pytest.raises(ConfigError, match=rf"model.heads={heads} must be a positive integer"):
@@ -189,13 +191,15 @@ def test_config_errors():
         LSTMMean(V, 2, linear_init="paddle")
     with pytest.raises(ConfigError, match="model.query_init"):
         LSTMAttention(V, 2, scorer=DotScorer, query_init="zeros")
-    with pytest.raises(ConfigError, match=r"std 0.034: the positions would drown the words"):
-        LSTMSelfAttention(1720, 2, heads=2, use_lstm=False, embed_dim=8, embed_init="xavier")
+    with pytest.raises(
+        ConfigError, match=r"model.embed_init=xavier.*std 0.034.*model.embed_init=normal"
+    ):
+        SelfAttentionClassifier(1720, 2, heads=2, embed_dim=8, embed_init="xavier")
     with pytest.raises(
         ConfigError,
         match=r"5 tokens is longer than the model.s max_seq_len=3 \(set data.max_seq_len <= 3",
     ):
-        LSTMSelfAttention(V, 2, heads=2, use_lstm=False, embed_dim=8, max_seq_len=3)(
+        SelfAttentionClassifier(V, 2, heads=2, embed_dim=8, max_seq_len=3)(
             torch.ones(1, 5, dtype=torch.long), torch.ones(1, 5, dtype=torch.bool)
         )
 
@@ -217,14 +221,6 @@ def test_attn_norm_layer_gives_the_self_attention_normalised_features(batch):
     assert seen["none"][real].pow(2).mean() < 0.5
 
 
-def test_embed_init_null_is_xavier_with_the_lstm_and_normal_without():
-    """Added positions (std ~0.7) would drown Xavier's small embeddings, so the default switches."""
-    with_lstm = LSTMSelfAttention(1000, 2, heads=2, embed_dim=8, hidden_size=4, embed_init=None)
-    without = LSTMSelfAttention(1000, 2, heads=2, use_lstm=False, embed_dim=8, embed_init=None)
-    assert with_lstm.encoder.embedding.weight.std() < 0.1  # Xavier: sqrt(2 / 1008) = 0.045
-    assert without.encoder.embedding.weight.std() > 0.5  # N(0, 1)
-
-
 # --- end to end on tiny generated reviews ---------------------------------------------------------
 import json  # noqa: E402
 import os  # noqa: E402
@@ -238,21 +234,19 @@ FDR_RUNS = {
     "lstm_mean": [],
     "lstm_attn": ["scorer=bilinear"],
     "lstm_mhsa": ["model.heads=4"],
-    "lstm_mhsa_simple_no_lstm": [
-        "model.attention=simple",
-        "model.use_lstm=false",  # the yaml's embed_init (null) suits it: no second override
-    ],
+    "lstm_mhsa_simple": ["model.attention=simple"],
+    "self_attn": [],
 }
 
 
 @pytest.mark.parametrize("name", list(FDR_RUNS))
 def test_fast_dev_run(name, compose_cfg, tmp_path):
     write_imdb(tmp_path / "data")
-    model = "lstm_mhsa" if name.startswith("lstm_mhsa") else name
+    model = "lstm_mhsa" if name.startswith("lstm_mhsa") else name  # lstm_mhsa_simple: lstm_mhsa
     cfg = compose_cfg(
         f"model={model}",
         *FDR_RUNS[name],
-        *TINY_MODEL,
+        *(o for o in TINY_MODEL if name != "self_attn" or "hidden_size" not in o),  # no LSTM
         f"data.cache_dir={tmp_path}/cache",
         "trainer.fast_dev_run=true",
     )
@@ -284,6 +278,7 @@ def test_probe_heatmaps_reach_tensorboard(overrides, views, compose_cfg, tmp_pat
         "trainer.limit_train_batches=2",
         "trainer.limit_val_batches=1",
         "trainer.limit_test_batches=1",
+        "trainer.val_check_interval=1.0",  # once per epoch (the recipes check more often)
     )
     train_in_process(cfg, tmp_path / "run")
     accumulator = EventAccumulator(str(tmp_path / "run" / "tb"), size_guidance={"images": 0})
@@ -294,6 +289,7 @@ def test_probe_heatmaps_reach_tensorboard(overrides, views, compose_cfg, tmp_pat
         assert len(images) == 2 and all(image.width > 0 for image in images)  # one per epoch
 
 
+@pytest.mark.e2e
 def test_design_card_command_on_embedded_sample(tmp_path):
     """`python -m attnexp model=lstm_attn scorer=dot` (no data=) runs on the embedded IMDB sample."""
     env = {

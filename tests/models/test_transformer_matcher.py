@@ -3,9 +3,9 @@ import pytorch_lightning as pl
 import torch
 from lcqmc_data import write_lcqmc
 
-from attnexp.build import build
 from attnexp.errors import ConfigError
 from attnexp.models.transformer import TransformerMatcher, exact_match
+from attnexp.runner.build import build
 
 SMALL = {"vocab_size": 30, "hidden_size": 8, "heads": 2, "ffn_size": 16, "max_seq_len": 16}
 
@@ -25,62 +25,63 @@ def pair_batch():
         {"position": "learned"},
         {"depth": 1},
         {"impl": "torch", "norm": "pre"},
-        {"match_embedding": True, "unk_matches": False, "unk_id": 1},
+        {"match_embedding": True, "unk_id": 1},
     ],
 )
 def test_shapes_attention_and_padding_invariance(options):
     torch.manual_seed(0)
     model = TransformerMatcher(**SMALL, **options).eval()
     ids, segments, mask = pair_batch()
-    logits, attention = model(ids, segments, mask, return_attention=True)
+    output = model(ids, segments, mask, return_attention=True)
+    logits, attention = output.logits, output.attention
     assert logits.shape == (2, 2)
     assert len(attention) == options.get("depth", 2) and attention[0].shape == (2, 2, 7, 7)
     assert torch.all(attention[-1][1, :, :, 5:] == 0)  # padded keys get no weight
     changed = ids.clone()
     changed[1, 5:] = 17  # other content at the padded positions
-    assert torch.allclose(model(changed, segments, mask), logits, atol=1e-5)
-    assert torch.allclose(model(ids, segments, mask), logits, atol=1e-5)  # with and without weights
+    assert torch.allclose(model(changed, segments, mask).logits, logits, atol=1e-5)
+    assert torch.allclose(
+        model(ids, segments, mask).logits, logits, atol=1e-5
+    )  # with and without weights
 
 
 def test_exact_match_feature():
     ids, segments, mask = pair_batch()
     ids[0, 5] = 6  # "6" now occurs in both sentences of pair 0
     expected = [[0, 0, 1, 1, 0, 1, 1], [0, 0, 1, 0, 1, 0, 0]]  # [SEP] is in both; padding never
-    assert exact_match(ids, segments, mask).int().tolist() == expected
+    assert exact_match(ids, segments, mask, unk_id=1).int().tolist() == expected
 
 
 def test_exact_match_never_matches_unknown_tokens():
     """Two different unseen characters both read as [UNK]: that is no evidence of a match."""
     ids, segments, mask = pair_batch()
     ids[0, 1] = ids[0, 4] = 1  # an [UNK] in each sentence of pair 0
-    assert exact_match(ids, segments, mask)[0, [1, 4]].tolist() == [True, True]
+    assert exact_match(ids, segments, mask, unk_id=99)[0, [1, 4]].tolist() == [True, True]
     assert exact_match(ids, segments, mask, unk_id=1)[0, [1, 4]].tolist() == [False, False]
     assert exact_match(ids, segments, mask, unk_id=1)[0, 3]  # [SEP] still matches
 
 
 def test_matcher_passes_unk_id_to_the_match_feature():
     torch.manual_seed(0)
-    model = TransformerMatcher(**SMALL, match_embedding=True, unk_id=1, unk_matches=False).eval()
+    model = TransformerMatcher(**SMALL, match_embedding=True, unk_id=1).eval()
     # the match feature starts small, N(0, 0.02^2) like the segments, beside unit-variance tokens
     assert model.match.weight.std().item() < 0.1
-    ids_blind = TransformerMatcher(**SMALL, match_embedding=True, unk_id=1, unk_matches=True)
-    ids_blind.eval()
-    ids_blind.load_state_dict(model.state_dict())
+    other_unk = TransformerMatcher(**SMALL, match_embedding=True, unk_id=29).eval()
+    other_unk.load_state_dict(model.state_dict())
     ids, segments, mask = pair_batch()
-    assert torch.equal(model(ids, segments, mask), ids_blind(ids, segments, mask))  # no [UNK]
+    assert torch.equal(
+        model(ids, segments, mask).logits, other_unk(ids, segments, mask).logits
+    )  # no [UNK]
     ids[0, 1], ids[0, 4] = 1, 1  # an [UNK] in each sentence of pair 0
-    assert not torch.equal(model(ids, segments, mask)[0], ids_blind(ids, segments, mask)[0])
+    assert not torch.equal(
+        model(ids, segments, mask).logits[0], other_unk(ids, segments, mask).logits[0]
+    )
 
 
-def test_match_embedding_needs_the_unk_rule_said():
-    """A run made before model.unk_matches existed lacks it in its saved config, and its two
-    possible rules give different numbers: rebuilt without it, the model refuses, naming the
-    override; without the match feature the rule does not matter."""
-    with pytest.raises(ConfigError, match=r"needs model.unk_matches.*\+model.unk_matches=true"):
-        TransformerMatcher(**SMALL, match_embedding=True, unk_id=1)
-    with pytest.raises(ConfigError, match=r"unk_matches=false needs the tokenizer's \[UNK\] id"):
-        TransformerMatcher(**SMALL, match_embedding=True, unk_matches=False)
-    TransformerMatcher(**SMALL, unk_id=1)  # no match feature: no rule needed
+def test_match_embedding_needs_the_unk_id():
+    with pytest.raises(ConfigError, match=r"model.match_embedding=true.*unk_id"):
+        TransformerMatcher(**SMALL, match_embedding=True)
+    TransformerMatcher(**SMALL)  # no match feature: no [UNK] id needed
 
 
 def test_the_cls_state_reaches_the_classifier_through_final_norm_and_pooler():
@@ -92,12 +93,16 @@ def test_the_cls_state_reaches_the_classifier_through_final_norm_and_pooler():
     with torch.no_grad():
         model.final_norm.weight.zero_()
         model.final_norm.bias.zero_()
-        logits = model(ids, segments, mask)  # a zeroed final norm lets nothing of a pair through
+        logits = model(
+            ids, segments, mask
+        ).logits  # a zeroed final norm lets nothing of a pair through
         assert torch.allclose(logits[0], logits[1])
         model = TransformerMatcher(**SMALL).eval()
         model.pooler[0].weight.zero_()
         model.pooler[0].bias.zero_()  # tanh(0) = 0: only the classifier's bias is left
-        assert torch.allclose(model(ids, segments, mask), model.classifier.bias.expand(2, -1))
+        assert torch.allclose(
+            model(ids, segments, mask).logits, model.classifier.bias.expand(2, -1)
+        )
 
 
 def test_custom_and_torch_have_the_same_parameter_count():
@@ -126,18 +131,18 @@ def test_the_pooled_cls_state_passes_through_model_dropout():
     torch.manual_seed(0)
     model = TransformerMatcher(**SMALL, dropout=0.0, attention_dropout=0.0).train()
     model.dropout.p = 1.0  # everything dropped: only the classifier's bias is left
-    logits = model(ids, segments, mask)
+    logits = model(ids, segments, mask).logits
     torch.testing.assert_close(logits, model.classifier.bias.expand(2, -1))
-    assert not torch.allclose(model.eval()(ids, segments, mask), logits)
+    assert not torch.allclose(model.eval()(ids, segments, mask).logits, logits)
 
 
 VARIANTS = [
     ["model=transformer"],
     ["model=transformer", "model.impl=torch", "model.norm=pre", "model.position=learned"],
-    ["experiment=nndl_lcqmc", "model.hidden_size=16", "model.ffn_size=32"],
-    ["experiment=nndl_lcqmc_tuned", "model.hidden_size=16", "model.ffn_size=32"],
+    ["experiment=lcqmc/chapter", "model.hidden_size=16", "model.ffn_size=32"],
+    ["experiment=lcqmc/tuned", "model.hidden_size=16", "model.ffn_size=32"],
     [
-        "experiment=nndl_lcqmc_ablation",
+        "experiment=lcqmc/ablation",
         "model.hidden_size=16",
         "model.ffn_size=32",
         "model.depth=4",

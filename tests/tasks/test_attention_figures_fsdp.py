@@ -14,6 +14,7 @@ import torch.multiprocessing as mp
 
 from attnexp.models.bag import BagAttention
 from attnexp.modules import AdditiveScorer
+from attnexp.predictors import PREDICTORS
 from attnexp.tasks import ClassificationTask
 from attnexp.tasks import callbacks as callbacks_module
 
@@ -21,6 +22,10 @@ pytestmark = pytest.mark.skipif(not dist.is_available(), reason="no torch.distri
 
 
 class ProbeData:
+    """Data and its own predictor: a probe batch, and a figure that checks what it is given."""
+
+    input_kind = "probe"
+
     def probe_batch(self, num_examples):
         torch.manual_seed(1)
         return {
@@ -37,6 +42,7 @@ class ProbeData:
 def one_rank(rank: int, store: str, failures) -> None:
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
+    PREDICTORS["probe"] = lambda data: data  # in this spawned process too
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     try:
         torch.manual_seed(0)
@@ -44,7 +50,7 @@ def one_rank(rank: int, store: str, failures) -> None:
         task = ClassificationTask(model, 10, optimizer=torch.optim.SGD)
         wrapped = FSDP(task, device_id=torch.device("cpu"), use_orig_params=True)
         batch = ProbeData().probe_batch(2)
-        wrapped(items=batch["items"], mask=batch["mask"]).sum().backward()  # a training step
+        wrapped(items=batch["items"], mask=batch["mask"]).logits.sum().backward()  # a training step
         callbacks_module.tensorboard_writers = lambda trainer: ["a writer"]
         trainer = SimpleNamespace(
             sanity_checking=False, current_epoch=0, global_step=1, datamodule=ProbeData(),
@@ -60,12 +66,13 @@ def one_rank(rank: int, store: str, failures) -> None:
         dist.destroy_process_group()
     # Out without the interpreter's finalisation: gloo's worker threads may still hold work whose
     # tensors take the GIL as they are freed, and a rank then aborts at shutdown with the same
-    # message (once in a full test run under load, 2026-11-23). The result is in `failures` already.
+    # message (seen once in a full test run under load). The result is in `failures` already.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
 
 
+@pytest.mark.e2e
 def test_attention_figures_under_fsdp(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     failures = mp.get_context("spawn").SimpleQueue()
@@ -83,6 +90,7 @@ def test_attention_figures_are_drawn_every_n_epochs_from_the_first(monkeypatch):
     """every_n_epochs=2 draws at epochs 0, 2, 4 (Lightning's 0-based count); never at the sanity
     check, nor without a TensorBoard logger to draw into."""
     drawn = []
+    monkeypatch.setitem(PREDICTORS, "probe", lambda data: data)
 
     class Counting(ProbeData):
         def probe_batch(self, num_examples):

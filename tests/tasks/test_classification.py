@@ -1,16 +1,15 @@
 import functools
-import inspect
 import math
 
 import pytest
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.utilities.signature_utils import is_param_in_hook_signature
 from torch import nn
 from torch.utils.data import DataLoader
 
 from attnexp.errors import ConfigError
-from attnexp.run_record import RunRecord
+from attnexp.models import ModelOutput
+from attnexp.runs.record import RunRecord
 from attnexp.tasks import ClassificationTask
 from attnexp.tasks.callbacks import EpochHistory
 from attnexp.tasks.metrics import ClassificationStats
@@ -22,8 +21,8 @@ class Linear(nn.Module):
         super().__init__()
         self.net = nn.Linear(4, 3)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
+    def forward(self, x: torch.Tensor) -> ModelOutput:
+        return ModelOutput(self.net(x))
 
 
 def quiet_trainer(**settings) -> pl.Trainer:
@@ -48,7 +47,7 @@ def test_epoch_metrics_cover_every_batch():
     loaders = [DataLoader(batches, batch_size=None), DataLoader(batches[:2], batch_size=None)]
     (main, extra) = trainer.test(task, dataloaders=loaders, verbose=False)
     with torch.no_grad():
-        correct = [(model(b["x"]).argmax(-1) == b["labels"]).float() for b in batches]
+        correct = [(model(b["x"]).logits.argmax(-1) == b["labels"]).float() for b in batches]
     assert abs(main["test/acc"] - torch.cat(correct).mean().item()) < 1e-6
     assert abs(extra["test/acc_again"] - torch.cat(correct[:2]).mean().item()) < 1e-6
 
@@ -213,37 +212,6 @@ def test_update_does_not_sync_on_cuda():
     assert int(stats.confusion.sum()) == 64
 
 
-def test_hook_name_is_set_without_module_setattr(monkeypatch):
-    """Lightning names the running hook in `_current_fx_name` around every hook call (~44 times
-    a training step); the task sets it as a plain attribute, skipping nn.Module.__setattr__'s
-    checks. If Lightning stopped using that name, the fast path would be dead code: the first
-    assertion says so."""
-    torch.manual_seed(0)
-    seen = []
-
-    class Spy(ClassificationTask):
-        def training_step(self, batch, batch_idx):
-            seen.append(self._current_fx_name)
-            return super().training_step(batch, batch_idx)
-
-    task = Spy(Linear(), 3, torch.optim.Adam)
-    calls = []
-    module_setattr = nn.Module.__setattr__
-
-    def counting(self, name, value):
-        calls.append(name)
-        module_setattr(self, name, value)
-
-    monkeypatch.setattr(nn.Module, "__setattr__", counting)
-    batches = [{"x": torch.randn(5, 4), "labels": torch.randint(0, 3, (5,))} for _ in range(2)]
-    trainer = quiet_trainer(max_epochs=1)
-    trainer.fit(task, DataLoader(batches, batch_size=None))
-    assert seen == ["training_step", "training_step"]
-    assert "_current_fx_name" not in calls
-    task._current_fx_name = None
-    assert task._current_fx_name is None and "_current_fx_name" in vars(task)
-
-
 def test_a_note_repeated_each_validation_is_recorded_once(tmp_path):
     """A one-class validation set is noted at every validation: the record keeps it once."""
     torch.manual_seed(0)
@@ -256,18 +224,6 @@ def test_a_note_repeated_each_validation_is_recorded_once(tmp_path):
     trainer.fit(ClassificationTask(Linear(), 3, torch.optim.Adam), one, one)
     assert len(record.data["validations"]) == 3
     assert [w.split(":")[0] for w in record.data["warnings"]] == ["val"]
-
-
-def test_training_step_signature_is_read_once():
-    """Lightning asks on every step whether training_step takes `batch_idx`
-    (inspect.getfullargspec); the task keeps its signature so that no step parses it again. The
-    kept one must be the function's own, so that Lightning still passes `batch_idx`."""
-    step = ClassificationTask.training_step
-    assert "__signature__" in vars(step)
-    code = step.__code__
-    assert list(inspect.signature(step).parameters) == list(code.co_varnames[: code.co_argcount])
-    task = ClassificationTask(Linear(), 3, torch.optim.Adam)
-    assert is_param_in_hook_signature(task.training_step, "batch_idx", min_args=2)
 
 
 def test_an_evaluation_of_one_class_is_noted():
@@ -336,3 +292,39 @@ def test_the_sanity_check_before_training_is_not_noted():
     trainer = quiet_trainer(max_epochs=1, num_sanity_val_steps=2)
     trainer.fit(task, DataLoader(one, batch_size=None), DataLoader(val, batch_size=None))
     assert task.notes == []
+
+
+def test_fit_logs_each_stages_metrics_under_its_prefix():
+    """train/loss_step every step; at each epoch's end train/{acc,f1,loss_epoch} and
+    val/{acc,f1,loss}, computed over every batch of the epoch."""
+    torch.manual_seed(0)
+    batches = [{"x": torch.randn(5, 4), "labels": torch.randint(0, 3, (5,))} for _ in range(3)]
+    model = Linear()
+    task = ClassificationTask(model, 3, lambda p: torch.optim.SGD(p, lr=0.0))  # weights stay
+    trainer = quiet_trainer(max_epochs=1, num_sanity_val_steps=0)
+    loader = DataLoader(batches, batch_size=None)
+    trainer.fit(task, loader, loader)
+    assert sorted(trainer.callback_metrics) == [
+        "train/acc",
+        "train/f1",
+        "train/loss_epoch",
+        "train/loss_step",
+        "val/acc",
+        "val/f1",
+        "val/loss",
+    ]
+    with torch.no_grad():
+        logits = [model(b["x"]).logits for b in batches]
+        labels = torch.cat([b["labels"] for b in batches])
+        accuracy = (torch.cat(logits).argmax(-1) == labels).float().mean()
+        losses = [
+            torch.nn.functional.cross_entropy(x, b["labels"])
+            for x, b in zip(logits, batches, strict=True)
+        ]
+    metrics = trainer.callback_metrics
+    assert torch.allclose(metrics["val/acc"], accuracy) and torch.allclose(
+        metrics["train/acc"], accuracy
+    )
+    assert torch.allclose(metrics["val/loss"], torch.stack(losses).mean())
+    assert torch.allclose(metrics["train/loss_epoch"], torch.stack(losses).mean())
+    assert torch.allclose(metrics["train/loss_step"], losses[-1])

@@ -8,6 +8,7 @@ from translation_data import write_fra_eng
 from attnexp.data.fra_eng import FraEngDataModule
 from attnexp.models.seq2seq import Seq2Seq
 from attnexp.modules.scorers import AdditiveScorer
+from attnexp.predictors import predictor_for
 from attnexp.tasks.translation import TranslationTask
 
 
@@ -32,12 +33,13 @@ def test_raw_sources_translate_with_notes(tmp_path):
     )
     task = TranslationTask(model, dm.num_classes, torch.optim.Adam, beam_size=3, max_len=6)
     task.datamodule = dm
-    assert "empty" in dm.check_raw({"text": "  "})
-    assert dm.check_raw({"text": "I see the cat."}) is None
-    assert dm.raw_notes({"text": "I see the cat."}) == []
-    assert "2 of 2 source tokens unknown" in dm.raw_notes({"text": "zorglub blorp"})[0]
+    predictor = predictor_for(dm)  # what predict reads raw inputs through
+    assert "empty" in predictor.check_raw({"text": "  "})
+    assert predictor.check_raw({"text": "I see the cat."}) is None
+    assert predictor.raw_notes({"text": "I see the cat."}) == []
+    assert "2 of 2 source tokens unknown" in predictor.raw_notes({"text": "zorglub blorp"})[0]
     overlong = " ".join(["cat"] * 9) + "."
-    assert any("data.max_tokens=6" in n for n in dm.raw_notes({"text": overlong}))
+    assert any("data.max_tokens=6" in n for n in predictor.raw_notes({"text": overlong}))
     results = task.translate_texts(["I see the cat.", "zorglub blorp", overlong], n_best=2)
     for n_best in results:
         assert len(n_best) == 2 and n_best[0]["score"] >= n_best[1]["score"]

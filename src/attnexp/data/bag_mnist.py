@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from matplotlib.figure import Figure
 from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSamplerWrapper
 from torch.nn.modules.batchnorm import _BatchNorm  # BatchNorm1d/2d/3d and SyncBatchNorm
 from torch.utils.data import DataLoader
@@ -51,6 +50,11 @@ class BagMNISTDataModule(AttnDataModule):
     num_eval_bags: bags per val/test set (null: pool size // mean bag size).
     shift: training digits are moved by up to this many pixels along each axis, drawn anew every
         epoch (a random translation; 0: none). Validation and test digits are never moved.
+    on_device: keep the images (uint8, 47 MB for MNIST) on the training device and draw the
+        training bags there, so that a step copies nothing from the host and waits for no CPU
+        work. auto: on a CUDA device when num_workers=0. The training bags then come from the
+        device's generator: other bags than the CPU's for the same seed (the same ones on every
+        run on that device); the evaluation bags are the same everywhere.
     """
 
     input_kind = "bags"
@@ -73,6 +77,7 @@ class BagMNISTDataModule(AttnDataModule):
         shift: int = 0,
         seed: int = 0,
         num_workers: int = 0,
+        on_device: bool | str = "auto",
     ) -> None:
         super().__init__()
         sizes = {"bag_size": bag_size, "min_bag_size": min_bag_size, "batch_size": batch_size}
@@ -96,6 +101,17 @@ class BagMNISTDataModule(AttnDataModule):
             )
         require_non_negative("data.num_workers", num_workers)
         require_non_negative("data.shift", shift)
+        if on_device != "auto" and type(on_device) is not bool:
+            raise ConfigError(
+                f"data.on_device={on_device!r} is not one of auto, true, false (set "
+                f"data.on_device=...)"
+            )
+        if on_device is True and num_workers > 0:
+            raise ConfigError(
+                f"data.on_device=true draws the bags on the training device, which "
+                f"data.num_workers={num_workers} worker processes cannot share (set "
+                f"data.num_workers=0 or data.on_device=false)"
+            )
         if variable and min_bag_size > bag_size:
             raise ConfigError(
                 f"data.min_bag_size={min_bag_size} is larger than data.bag_size={bag_size}"
@@ -113,7 +129,9 @@ class BagMNISTDataModule(AttnDataModule):
         self.eval_bag_sizes = [int(n) for n in eval_bag_sizes]
         self.eval_variable_max = eval_variable_max
         self.shift, self.seed, self.num_workers = shift, seed, num_workers
+        self.on_device = on_device
         self.splits: dict | None = None
+        self._device_splits: dict[tuple[str, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
         self.batch_norm = False  # whether the model has BatchNorm (set by adapt_to)
 
     @property
@@ -181,15 +199,44 @@ class BagMNISTDataModule(AttnDataModule):
             len(splits["test"][0]),
         )
 
+    def data_device(self) -> torch.device:
+        """Where the bags are drawn and gathered (see `on_device`): the CPU, or the device the
+        trainer trains on."""
+        cpu = torch.device("cpu")
+        strategy = getattr(self.trainer, "strategy", None)  # none: no trainer (or a stand-in)
+        if self.on_device is False or strategy is None:
+            return cpu
+        device = strategy.root_device
+        if self.on_device == "auto" and (device.type != "cuda" or self.num_workers > 0):
+            return cpu
+        return device
+
+    def _split_on(self, split: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """A split's images and labels on `device`, copied there once."""
+        if device.type == "cpu":
+            return self.splits[split]
+        key = (split, device)
+        if key not in self._device_splits:
+            self._device_splits[key] = tuple(x.to(device) for x in self.splits[split])
+        return self._device_splits[key]
+
     def _fixed_bags(
-        self, split: str, min_size: int, max_size: int, seed_offset: int, batch_size: int
+        self,
+        split: str,
+        min_size: int,
+        max_size: int,
+        seed_offset: int,
+        batch_size: int,
+        device: torch.device | None = None,
     ) -> tuple[BagPool, FixedBags]:
-        images, labels = self.splits[split]
+        device = self.data_device() if device is None else device
+        images, labels = self._split_on(split, device)
         default = len(images) // max(1, (min_size + max_size) // 2)
         num_bags = self.num_eval_bags if self.num_eval_bags is not None else default
         bags = FixedBags(
-            len(images), num_bags, min_size, max_size, batch_size, self.seed * 1000 + seed_offset
-        )
+            len(images), num_bags, min_size, max_size, batch_size, self.seed * 1000 + seed_offset,
+            device=device,
+        )  # fmt: skip
         return BagPool(images, labels, self.label_rule), bags
 
     def _eval_loader(
@@ -226,7 +273,16 @@ class BagMNISTDataModule(AttnDataModule):
         return DataLoader([pool[b] for b in itertools.islice(bags, count)], batch_size=None)
 
     def train_dataloader(self) -> DataLoader:
-        images, labels = self.splits["train"]
+        device = self.data_device()
+        if device.type != "cpu" and self.on_device == "auto":
+            note = (
+                f"data.on_device=auto: training bags drawn on {device.type} by its generator "
+                f"(other bags than the CPU's for the same seed; data.on_device=false draws them "
+                f"on the CPU)"
+            )
+            if note not in self.notes:
+                self.note(note)
+        images, labels = self._split_on("train", device)
         num_bags = self.num_train_bags if self.num_train_bags is not None else len(images)
         if num_bags < self.batch_size:
             raise ConfigError(
@@ -244,9 +300,10 @@ class BagMNISTDataModule(AttnDataModule):
         # then hands each rank its own share of them.
         bags = RandomBags(
             len(images), num_bags, min_size, self.bag_size, self.batch_size, self.seed * 1000,
-            shift=self.shift,
+            shift=self.shift, device=device,
         )  # fmt: skip
-        return self._fit_loader(BagPool(images, labels, self.label_rule), bags)
+        pool = BagPool(images, labels, self.label_rule, max_shift=self.shift)
+        return self._fit_loader(pool, bags)
 
     def val_dataloader(self) -> DataLoader:
         return self._fit_loader(
@@ -274,12 +331,7 @@ class BagMNISTDataModule(AttnDataModule):
 
     def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor]:
         min_size = self.min_bag_size if self.variable else self.bag_size
-        pool, bags = self._fixed_bags("val", min_size, self.bag_size, 7, num_examples)
-        return self.on_after_batch_transfer(pool[next(iter(bags))], 0)
-
-    def attention_figure(self, batch: dict, logits: torch.Tensor, attention) -> Figure:
-        from attnexp.viz.bags import plot_bag_attention
-
-        return plot_bag_attention(
-            batch["items"][:, :, 0], batch["mask"], attention, batch["labels"], logits.argmax(-1)
+        pool, bags = self._fixed_bags(
+            "val", min_size, self.bag_size, 7, num_examples, device=torch.device("cpu")
         )
+        return self.on_after_batch_transfer(pool[next(iter(bags))], 0)

@@ -4,6 +4,10 @@ The samplers below draw the bags, a batch at a time, and the DataLoader hands ea
 to `BagPool`, which gathers the images. So the randomness lives in the main process: DataLoader
 workers only gather, and cannot each replay one copied generator.
 
+Everything here runs on the device its tensors are on: with the pool on a GPU and the training
+bags drawn by a generator on it, a batch is drawn and gathered there, with no host work but the
+kernel launches and no copy (`device=`; on the CPU the same code gives today's bags).
+
 Shapes: M bags, B bags per batch, T slots per bag (padded to the largest bag), N pool items.
 """
 
@@ -24,24 +28,31 @@ SHIFT_STREAM = 1  # epoch_seed stream of the shifts: the bags' own draws stay as
 def sample_bags(
     num_bags: int, pool_size: int, min_size: int, max_size: int, generator: torch.Generator
 ) -> Bags:
-    """Random bags: item indices (M, T) and mask (M, T); padded slots point at item 0."""
-    index = torch.randint(0, pool_size, (num_bags, max_size), generator=generator)
-    sizes = torch.randint(min_size, max_size + 1, (num_bags,), generator=generator)
-    mask = torch.arange(max_size)[None, :] < sizes[:, None]
+    """Random bags: item indices (M, T) and mask (M, T), on the generator's device; padded slots
+    point at item 0."""
+    device = generator.device
+    index = torch.randint(0, pool_size, (num_bags, max_size), generator=generator, device=device)
+    sizes = torch.randint(min_size, max_size + 1, (num_bags,), generator=generator, device=device)
+    mask = torch.arange(max_size, device=device)[None, :] < sizes[:, None]
     return index * mask, mask
 
 
-def shift_images(images: torch.Tensor, moves: torch.Tensor) -> torch.Tensor:
+def shift_images(
+    images: torch.Tensor, moves: torch.Tensor, margin: int | None = None
+) -> torch.Tensor:
     """Each image (..., S, S) moved down by dy and right by dx pixels, (dy, dx) = moves (..., 2);
-    what moves in from outside is 0, MNIST's background. One gather for the whole batch."""
-    size = images.shape[-1]
+    what moves in from outside is 0, MNIST's background. One gather for the whole batch.
+    `margin`: the largest |move| there can be (None: read from `moves`, a device sync on a GPU)."""
+    size, device = images.shape[-1], images.device
     flat, moves = images.reshape(-1, size, size), moves.reshape(-1, 2)
-    margin = int(moves.abs().max()) if moves.numel() else 0
+    if margin is None:
+        margin = int(moves.abs().max()) if moves.numel() else 0
     padded = torch.nn.functional.pad(flat, (margin, margin, margin, margin))
-    grid = torch.arange(size) + margin
+    grid = torch.arange(size, device=device) + margin
     rows = grid[None, :] - moves[:, :1]  # output pixel (i, j) reads input (i - dy, j - dx)
     cols = grid[None, :] - moves[:, 1:]
-    moved = padded[torch.arange(len(flat))[:, None, None], rows[:, :, None], cols[:, None, :]]
+    every = torch.arange(len(flat), device=device)
+    moved = padded[every[:, None, None], rows[:, :, None], cols[:, None, :]]
     return moved.reshape(images.shape)
 
 
@@ -80,12 +91,15 @@ class BagPool(Dataset):
 
     Indexed with bags (index (B, T), mask (B, T)[, moves (B, T, 2)]) as the samplers below yield
     them, it returns items (B, T, S, S) uint8, each moved by its (dy, dx) if moves are given, mask
-    (B, T) and labels (B,).
+    (B, T) and labels (B,), on the pool's device. `max_shift`: the largest move the bags carry.
     """
 
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor, rule: str) -> None:
+    def __init__(
+        self, images: torch.Tensor, labels: torch.Tensor, rule: str, max_shift: int | None = None
+    ) -> None:
         check_rule(rule)
         self.images, self.labels, self.rule = images, labels, rule
+        self.max_shift = max_shift
 
     def __len__(self) -> int:
         return len(self.images)
@@ -94,14 +108,15 @@ class BagPool(Dataset):
         index, mask, *moves = bags
         items = self.images[index]
         return {
-            "items": shift_images(items, moves[0]) if moves else items,
+            "items": shift_images(items, moves[0], self.max_shift) if moves else items,
             "mask": mask,
             "labels": bag_labels(self.labels, index, mask, self.rule),
         }
 
 
 class _BagSampler(Sampler[Bags]):
-    """Yields batches of `batch_size` bags of `min_size`..`max_size` items from a pool."""
+    """Yields batches of `batch_size` bags of `min_size`..`max_size` items from a pool, as
+    tensors on `device` (where the pool is)."""
 
     def __init__(
         self,
@@ -111,10 +126,12 @@ class _BagSampler(Sampler[Bags]):
         max_size: int,
         batch_size: int,
         seed: int,
+        device: torch.device | str = "cpu",
     ) -> None:
         check_sizes(min_size, max_size)
         self.pool_size, self.num_bags, self.batch_size = pool_size, num_bags, batch_size
         self.min_size, self.max_size, self.seed = min_size, max_size, seed
+        self.device = torch.device(device)
 
     def draw(self, num_bags: int, generator: torch.Generator) -> Bags:
         return sample_bags(num_bags, self.pool_size, self.min_size, self.max_size, generator)
@@ -122,11 +139,13 @@ class _BagSampler(Sampler[Bags]):
 
 class FixedBags(_BagSampler):
     """Validation/test bags: drawn once from `seed`, the same every epoch, in order; the last
-    batch may be smaller, so every bag is evaluated."""
+    batch may be smaller, so every bag is evaluated. Drawn on the CPU whatever the device, then
+    moved there: the same evaluation bags on every device."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.index, self.mask = self.draw(self.num_bags, torch.Generator().manual_seed(self.seed))
+        bags = self.draw(self.num_bags, torch.Generator().manual_seed(self.seed))
+        self.index, self.mask = (x.to(self.device) for x in bags)
 
     def __len__(self) -> int:
         return -(-self.num_bags // self.batch_size)
@@ -140,6 +159,9 @@ class RandomBags(_BagSampler):
 
     With `shift` > 0 every item is also moved by up to `shift` pixels along each axis (drawn from
     a stream of its own, so the bags are those of `shift=0`): a random translation.
+
+    The generators are on `device`: on a GPU they draw other bags than the CPU's from the same
+    seed (the same ones every time on that device).
 
     Full batches only: a last batch of one bag would break BatchNorm in train mode. Lightning
     calls `set_epoch` before each epoch (under DDP through its sampler wrapper, which then gives
@@ -159,12 +181,18 @@ class RandomBags(_BagSampler):
         return self.num_bags // self.batch_size
 
     def __iter__(self) -> Iterator[Bags]:
-        generator = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch))
+        device = self.device
+        generator = torch.Generator(device).manual_seed(epoch_seed(self.seed, self.epoch))
         if self.shift:
-            shifts = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch, SHIFT_STREAM))
+            shifts = torch.Generator(device).manual_seed(
+                epoch_seed(self.seed, self.epoch, SHIFT_STREAM)
+            )
         for _ in range(len(self)):
             bags = self.draw(self.batch_size, generator)
             if self.shift:
                 size = (self.batch_size, self.max_size, 2)
-                bags += (torch.randint(-self.shift, self.shift + 1, size, generator=shifts),)
+                moves = torch.randint(
+                    -self.shift, self.shift + 1, size, generator=shifts, device=device
+                )
+                bags += (moves,)
             yield bags

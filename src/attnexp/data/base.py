@@ -3,12 +3,10 @@
 import hashlib
 import logging
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from matplotlib.figure import Figure
 
 from attnexp.data.sources import planned
 
@@ -49,9 +47,10 @@ def changed_splits(recorded: dict | None, now: dict[str, str]) -> list[str]:
 class AttnDataModule(pl.LightningDataModule):
     """Base class.
 
-    Subclasses set `input_kind` (the batch kind models must read), fill `source` during setup
-    ("local" | "hub" | "sample") and provide `model_kwargs` (runtime sizes such as num_classes or
-    vocab_size), `test_set_names` (extra test sets after the main one) and the attention figure.
+    Subclasses set `input_kind` (the batch kind models must read; `attnexp.predictors` reads and
+    draws predictions per kind), fill `source` during setup ("local" | "hub" | "sample") and
+    provide `model_kwargs` (runtime sizes such as num_classes or vocab_size), `test_set_names`
+    (extra test sets after the main one) and the probe batch whose attention is drawn.
     Those that read `<data_dir>/<data_subdir>/` set `data_subdir` and keep `data_dir` and
     `source_request` (the `data.source` setting), so `planned_source` can tell before loading.
     """
@@ -109,58 +108,6 @@ class AttnDataModule(pl.LightningDataModule):
     def load_artifacts(self, run_dir: str) -> None:
         """Read back what `save_artifacts` wrote (called before setup by evaluate/predict)."""
 
-    # --- raw inputs (`python -m attnexp.predict`) ------------------------------------------------
-    # `raw_fields` names the CLI keys of one example (("text",), or ("text_a", "text_b") for pairs);
-    # a `texts_file` line holds them tab-separated in this order.
-    raw_fields: tuple[str, ...] = ()
-
-    def check_raw(self, example: dict[str, str]) -> str | None:
-        """Why this example cannot be classified (e.g. it is empty), or None if it can."""
-        return None
-
-    def raw_notes(self, example: dict[str, str]) -> list[str]:
-        """Things the user should know about how the example was read (truncated, unknown words)."""
-        return []
-
-    def encode_raw(self, examples: list[dict[str, str]]) -> dict[str, torch.Tensor]:
-        """Raw examples -> a model batch (no labels), exactly as in training."""
-        raise NotImplementedError(f"{type(self).__name__} does not support predict on raw inputs")
-
-    def prediction_label(self, class_index: int) -> str:
-        """Readable name of a class."""
-        return str(class_index)
-
-    def prediction_attention(
-        self, batch: dict[str, torch.Tensor], attention: Any
-    ) -> list[tuple[list[str], dict[str, torch.Tensor]]]:
-        """Per example of `batch`: its tokens, and the attention each token receives per view
-        ({"pooling": (T,)}, one per head, or one per layer and head: what the HTML page shades);
-        [] without attention. predict writes them to predictions.jsonl, prediction_figures
-        draws them."""
-        return []
-
-    def prediction_figures(
-        self,
-        batch: dict[str, torch.Tensor],
-        probs: torch.Tensor,
-        attention: Any,
-        views: list[tuple[list[str], dict[str, torch.Tensor]]],
-        out_stems: list[Path | None],
-    ) -> list[Path]:
-        """Draw example i's attention to files `out_stems[i]`.png/.html/... (None: skip it); returns
-        the paths written.
-
-        batch: from `encode_raw`; probs (B, classes); attention: what the model returned with
-        `return_attention=True` (None: nothing to draw); views: `prediction_attention(batch,
-        attention)`, worked out once by the caller, which also keeps them.
-        """
-        return []
-
     def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor] | None:
         """A fixed batch whose attention is drawn every validation epoch (None: no figure)."""
-        return None
-
-    def attention_figure(
-        self, batch: dict[str, torch.Tensor], logits: torch.Tensor, attention: Any
-    ) -> Figure | None:
         return None

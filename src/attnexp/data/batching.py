@@ -10,7 +10,6 @@ from torch.utils.data import BatchSampler, DataLoader, Sampler
 from attnexp.data.resumable import ResumableLoader
 from attnexp.data.seeds import epoch_seed
 from attnexp.data.text import PAD_ID
-from attnexp.errors import ConfigError
 
 if TYPE_CHECKING:  # only a type here: the LCQMC loaders need no `datasets` import
     from datasets import Dataset
@@ -61,9 +60,9 @@ class BucketBatchSampler(BatchSampler):
         if self.shuffle:
             epoch = getattr(self.sampler, "epoch", 0)
             generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch))
-            # Skip the permutation of the whole dataset that this generator drew for the index
-            # order before that order moved into `sampler` (EpochShuffle draws the same one):
-            # epoch 0's batches stay those of the runs recorded in docs/RESULTS.md.
+            # The generator's first draw is the index order (EpochShuffle draws the same
+            # permutation from the same seed); the batch order is its second. Drawing it here
+            # too keeps every seed's batches what they are.
             torch.randperm(len(self.lengths), generator=generator)
             batches = [batches[i] for i in torch.randperm(len(batches), generator=generator)]
         return iter([b.tolist() for b in batches])
@@ -93,17 +92,6 @@ class EpochShuffle(Sampler[int]):
         return self.n
 
 
-EPOCH_ORDERS = ("reshuffle", "repeat")
-
-
-def check_epoch_order(epoch_order: str) -> None:
-    if epoch_order not in EPOCH_ORDERS:
-        raise ConfigError(
-            f"data.epoch_order '{epoch_order}' is not one of {', '.join(EPOCH_ORDERS)} "
-            f"(set data.epoch_order=...)"
-        )
-
-
 def bucket_batch_sampler(
     lengths: Sequence[int] | torch.Tensor,
     batch_size: int,
@@ -111,20 +99,13 @@ def bucket_batch_sampler(
     seed: int = 0,
     pool_batches: int = 50,
     drop_last: bool = False,
-    epoch_order: str = "reshuffle",
 ) -> BucketBatchSampler:
     """The single-process batch sampler of the text DataModules (DDP swaps in its own `sampler`).
 
-    shuffle: training batches, in a new order each epoch ("reshuffle"), or in epoch 0's order
-        every epoch ("repeat": what the IMDB/LCQMC runs recorded before 2026-11-22 05:00 did,
-        kept so that their commands still reproduce them); otherwise index order, for val/test.
+    shuffle: training batches, in a new order each epoch (drawn from seed and epoch); otherwise
+        index order, for val/test.
     """
-    check_epoch_order(epoch_order)
-    order = range(len(lengths))
-    if shuffle:
-        order = EpochShuffle(len(lengths), seed)
-        if epoch_order == "repeat":
-            order = list(order)  # a list has no set_epoch: Lightning cannot move it on
+    order = EpochShuffle(len(lengths), seed) if shuffle else range(len(lengths))
     return BucketBatchSampler(
         order,
         batch_size,
@@ -145,7 +126,6 @@ def bucketed_loader(
     seed: int,
     collate_fn: Callable,
     num_workers: int,
-    epoch_order: str = "reshuffle",
     pool_batches: int = 50,
 ) -> DataLoader:
     """The text DataModules' loader over length-bucketed batches (see `bucket_batch_sampler`).
@@ -153,9 +133,7 @@ def bucketed_loader(
     The training loader is a `ResumableLoader`, so a resumed run picks its epoch up mid-way;
     `collate_fn` must pickle (a function or a partial, not a lambda) for spawned workers.
     """
-    sampler = bucket_batch_sampler(
-        lengths, batch_size, train, seed, pool_batches, epoch_order=epoch_order
-    )
+    sampler = bucket_batch_sampler(lengths, batch_size, train, seed, pool_batches)
     loader = ResumableLoader if train else DataLoader
     return loader(
         dataset,
@@ -196,8 +174,7 @@ class TokenDataset(torch.utils.data.Dataset):
     def __getitems__(self, indices: list[int]) -> list[tuple[list[int], int]]:
         """A whole batch, which the DataLoader asks for when this method exists. A lazy column
         reads a list of rows in one Arrow call: ~1 ms for 128 IMDB reviews, against ~12 ms for
-        128 single reads (a CPU cost that weighs on a GPU run: an IMDB step on an H100 took
-        ~50 ms, docs/RESULTS.md)."""
+        128 single reads (a CPU cost that weighs on a GPU run, whose steps take tens of ms)."""
         ids = [self.ids[i] for i in indices] if isinstance(self.ids, list) else self.ids[indices]
         return list(zip(ids, [self.labels[i] for i in indices], strict=True))
 

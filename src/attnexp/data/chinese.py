@@ -54,7 +54,7 @@ class PairTokenizer:
         if missing:
             raise ConfigError(
                 f"vocabulary lacks the special tokens {missing} (a vocab needs "
-                f"{list(SPECIAL_TOKENS)}: point data.vocab_file or data.tokenizer_file at one that "
+                f"{list(SPECIAL_TOKENS)}: point data.vocab_file or data.tokenizer_path at one that "
                 f"has them, or set both to null to build the vocabulary from the training split)"
             )
         self.tokenizer = literal_special_tokens(tokenizer)
@@ -104,7 +104,7 @@ class PairTokenizer:
 
     @classmethod
     def load(cls, path: str | Path) -> "PairTokenizer":
-        return cls(load_tokenizer(path, setting="data.tokenizer_file"))
+        return cls(load_tokenizer(path))
 
     def save(self, path: str | Path) -> None:
         write_tokenizer(self.tokenizer, path)

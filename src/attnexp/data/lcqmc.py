@@ -9,26 +9,40 @@ There is no embedded sample: LCQMC is research-only and is not shipped with the 
 
 `train_split=train` is the standard protocol (train / dev / test). `train_split=dev` is the
 reduced protocol for machines without the training file: train on (1 - val_fraction) of dev,
-validate on the rest (split with the fixed `split_seed`), test on the official test set.
+validate on the rest (drawn from `split_seed`, 0 in conf/data/lcqmc.yaml: one split for every run
+seed), test on the official test set. Tokenizer, caches and settings: see `attnexp.data.text`.
 """
 
 import functools
-import hashlib
 import itertools
 import logging
 from pathlib import Path
 
 import torch
-from matplotlib.figure import Figure
 from torch.utils.data import DataLoader, Dataset
 
 from attnexp.data.base import AttnDataModule, data_hash, fingerprint
-from attnexp.data.batching import bucketed_loader, check_epoch_order, pad_sequences
-from attnexp.data.chinese import PairTokenizer, check_pair_len
+from attnexp.data.batching import bucketed_loader, pad_sequences
+from attnexp.data.chinese import TOKEN_PATTERN, PairTokenizer, check_pair_len
 from attnexp.data.sources import resolve
-from attnexp.data.text import not_utf8, save_tokenizer
-from attnexp.errors import ConfigError, require_fraction, require_non_negative, require_positive
-from attnexp.files import TORCH_LOAD_ERRORS, not_a_folder, write_atomically
+from attnexp.data.splits import check_sides, random_split
+from attnexp.data.text import (
+    cache_folder,
+    cached,
+    load_tokenizer,
+    not_utf8,
+    reused_tokenizer,
+    save_tokenizer,
+    texts_hash,
+    trained_tokenizer,
+)
+from attnexp.errors import (
+    ConfigError,
+    require_fraction,
+    require_non_negative,
+    require_positive,
+    require_seed,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +51,6 @@ HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 HUB_COLUMNS = ("sentence1", "sentence2", "score")
 TRAIN_SPLITS = ("train", "dev")
 TOKENIZER_FILE = "tokenizer.json"
-LABEL_NAMES = ("not similar", "similar")
 CACHE_FORMAT = "flat-v2"
 Pairs = tuple[list[str], list[str], list[int]]  # texts_a, texts_b, labels
 
@@ -128,15 +141,13 @@ class LCQMCDataModule(AttnDataModule):
         data_dir: folder holding `lcqmc/` with the split files.
         source: auto | local | hub.
         train_split: train (standard) | dev (reduced protocol, see the module docstring).
-        val_fraction / split_seed: the dev share held out for validation under train_split=dev.
+        val_fraction / split_seed: the dev share held out for validation under train_split=dev,
+            drawn from split_seed (null: the run's seed).
         max_seq_len: tokens per encoded pair, [CLS] and both [SEP] included (longest-first truncation).
         batch_size / eval_batch_size: pairs per batch (length-bucketed).
-        epoch_order: "reshuffle" (new training batches each epoch) or "repeat" (epoch 0's batches
-            every epoch, as the runs recorded before this option did).
         vocab_file: a BERT-style vocab.txt; null builds the vocabulary from the training split.
         min_frequency: a training token must occur this often to get its own id (else [UNK]).
-        cache_dir: where encoded splits are cached, keyed by a hash of vocabulary + data (null: off).
-        tokenizer_file: a saved tokenizer.json (set when rebuilding a trained run, e.g. by predict).
+        tokenizer_path / cache_dir: as for every text dataset (see `attnexp.data.text`).
     """
 
     input_kind = "pairs"
@@ -149,20 +160,18 @@ class LCQMCDataModule(AttnDataModule):
         source: str = "auto",
         train_split: str = "train",
         val_fraction: float = 0.1,
-        split_seed: int = 0,
+        split_seed: int | None = 0,
         max_seq_len: int = 128,
         batch_size: int = 32,
         eval_batch_size: int = 256,
         vocab_file: str | None = None,
         min_frequency: int = 1,
         cache_dir: str | None = None,
-        tokenizer_file: str | None = None,
-        epoch_order: str = "reshuffle",
+        tokenizer_path: str | None = None,
         seed: int = 0,
         num_workers: int = 0,
     ) -> None:
         super().__init__()
-        check_epoch_order(epoch_order)
         if train_split not in TRAIN_SPLITS:
             raise ConfigError(
                 f"data.train_split '{train_split}' is not one of {', '.join(TRAIN_SPLITS)} (set data.train_split=...)"
@@ -172,6 +181,7 @@ class LCQMCDataModule(AttnDataModule):
                 "data.source=sample: LCQMC has no embedded sample (research-only data); use auto, local or hub"
             )
         require_fraction("data.val_fraction", val_fraction)
+        require_seed("data.split_seed", split_seed)
         require_non_negative("data.num_workers", num_workers)
         for key, value in (
             ("max_seq_len", max_seq_len),
@@ -182,21 +192,13 @@ class LCQMCDataModule(AttnDataModule):
             require_positive(f"data.{key}", value)
         check_pair_len(max_seq_len)
         self.data_dir, self.source_request, self.train_split = Path(data_dir), source, train_split
-        self.val_fraction, self.split_seed, self.max_seq_len = val_fraction, split_seed, max_seq_len
+        self.val_fraction, self.max_seq_len = val_fraction, max_seq_len
+        self.split_seed = seed if split_seed is None else split_seed
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
-        self.vocab_file, self.min_frequency, self.tokenizer_file = (
-            vocab_file,
-            min_frequency,
-            tokenizer_file,
-        )
-        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else None
-        blocker = not_a_folder(self.cache_dir) if self.cache_dir is not None else None
-        if blocker is not None:
-            raise ConfigError(
-                f"data.cache_dir={cache_dir}: {blocker} is a file, so the encoded splits cannot "
-                f"be cached there (set data.cache_dir=<a folder>, or null for no cache)"
-            )
-        self.seed, self.num_workers, self.epoch_order = seed, num_workers, epoch_order
+        self.vocab_file, self.min_frequency = vocab_file, min_frequency
+        self.tokenizer_path = tokenizer_path
+        self.cache_folder = cache_folder(cache_dir, self.data_subdir)
+        self.seed, self.num_workers = seed, num_workers
         self.tokenizer: PairTokenizer | None = None
         self.datasets: dict[str, PairDataset] | None = None
         self.texts: dict[str, Pairs] = {}
@@ -248,68 +250,50 @@ class LCQMCDataModule(AttnDataModule):
         if self.train_split == "train":
             return {"train": raw["train"], "val": raw["dev"], "test": raw["test"]}
         a, b, y = raw["dev"]
-        order = torch.randperm(
-            len(y), generator=torch.Generator().manual_seed(self.split_seed)
-        ).tolist()
-        num_val = max(1, int(round(len(y) * self.val_fraction)))
-        if num_val >= len(y):
-            raise ConfigError(
-                f"data.val_fraction={self.val_fraction} of the {len(y)} dev pairs leaves "
-                f"{len(y) - num_val} for training under data.train_split=dev: each side needs one "
-                f"(set data.val_fraction=..., or give more dev pairs)"
-            )
+        keep, held = random_split(len(y), self.val_fraction, self.split_seed)
+        check_sides(keep, held, self.val_fraction, "dev pairs", "training")
 
         def take(idx: list[int]) -> Pairs:
             return [a[i] for i in idx], [b[i] for i in idx], [y[i] for i in idx]
 
-        return {"train": take(order[num_val:]), "val": take(order[:num_val]), "test": raw["test"]}
+        return {"train": take(keep), "val": take(held), "test": raw["test"]}
 
     def _build_tokenizer(self, train: Pairs) -> PairTokenizer:
-        if self.tokenizer_file:
-            return PairTokenizer.load(self.tokenizer_file)
+        if self.tokenizer_path:
+            return PairTokenizer(reused_tokenizer(self.tokenizer_path))
         if self.vocab_file:
             return PairTokenizer.from_vocab_file(self.vocab_file)
-        return PairTokenizer.from_texts(train[0] + train[1], min_frequency=self.min_frequency)
+        texts = train[0] + train[1]
+        rules = ("chars", TOKEN_PATTERN, self.min_frequency)  # what changes the vocabulary
+        train_it = lambda: PairTokenizer.from_texts(texts, self.min_frequency).tokenizer  # noqa: E731
+        return PairTokenizer(trained_tokenizer(self.cache_folder, texts, rules, train_it))
 
     def _encode(self, name: str, pairs: Pairs) -> PairDataset:
-        """Encode a split once; with cache_dir, reuse an earlier encoding of the same vocab + data."""
-        cache = None
-        if self.cache_dir is not None:
-            key = hashlib.sha256()
-            for part in (
-                CACHE_FORMAT,
-                self.tokenizer.fingerprint(),
-                str(self.max_seq_len),
-                *pairs[0],
-                *pairs[1],
-            ):
-                key.update(part.encode("utf-8") + b"\0")
-            cache = self.cache_dir / f"lcqmc_{name}_{key.hexdigest()[:16]}.pt"
-            if cache.is_file():
-                try:
-                    dataset = PairDataset.from_flat(torch.load(cache), pairs[2])
-                except TORCH_LOAD_ERRORS as err:
-                    # a broken cache is a cache miss, as the IMDB token-id cache
-                    log.warning(
-                        "lcqmc %s: encoding again: the cache %s is broken (%s)", name, cache, err
-                    )
-                else:
-                    log.info("lcqmc %s: encodings from cache %s", name, cache)
-                    return dataset
+        """Encode a split once; reuse an earlier encoding of the same vocab + data."""
+        key = texts_hash(
+            [*pairs[0], *pairs[1]], CACHE_FORMAT, self.tokenizer.fingerprint(), self.max_seq_len
+        )
+        flat = cached(
+            self.cache_folder / f"{name}-{key}.pt",
+            lambda: self._encode_flat(pairs),
+            torch.load,
+            lambda value, file: torch.save(value, file),
+            f"lcqmc {name} encodings",
+        )
+        return PairDataset.from_flat(flat, pairs[2])
+
+    def _encode_flat(self, pairs: Pairs) -> dict[str, torch.Tensor]:
         ids, segments = self.tokenizer.encode_pairs(pairs[0], pairs[1], self.max_seq_len)
-        flat = {
+        return {
             "ids": torch.tensor(list(itertools.chain.from_iterable(ids)), dtype=torch.long),
             "segments": torch.tensor(
                 list(itertools.chain.from_iterable(segments)), dtype=torch.long
             ),
             "lengths": torch.tensor([len(s) for s in ids], dtype=torch.long),
         }
-        if cache is not None:
-            write_atomically(cache, lambda partial: torch.save(flat, partial))
-        return PairDataset.from_flat(flat, pairs[2])
 
     def setup(self, stage: str | None = None) -> None:
-        if stage == "predict" and self.tokenizer_file:
+        if stage == "predict" and self.tokenizer_path:
             self.ensure_tokenizer()  # raw inputs only: no dataset needed
             return
         if self.datasets is not None:
@@ -351,7 +335,7 @@ class LCQMCDataModule(AttnDataModule):
     def ensure_tokenizer(self) -> PairTokenizer:
         """The tokenizer without reading the data, when a saved one is given (predict)."""
         if self.tokenizer is None:
-            if not (self.tokenizer_file or self.vocab_file):
+            if not (self.tokenizer_path or self.vocab_file):
                 self.setup()
             else:
                 self.tokenizer = self._build_tokenizer(([], [], []))
@@ -379,8 +363,8 @@ class LCQMCDataModule(AttnDataModule):
             raise ConfigError(
                 f"{run_dir}: no {TOKENIZER_FILE} (the run did not finish its setup; retrain it)"
             )
-        self.tokenizer_file = str(path)
-        self.tokenizer = PairTokenizer.load(path)
+        self.tokenizer_path = str(path)
+        self.tokenizer = PairTokenizer(load_tokenizer(path))
 
     # ---------------------------------------------------------------- loaders
     def _loader(self, split: str, train: bool) -> DataLoader:
@@ -393,7 +377,6 @@ class LCQMCDataModule(AttnDataModule):
             seed=self.seed,
             collate_fn=functools.partial(dataset.collate, pad_id=self.tokenizer.pad_id),
             num_workers=self.num_workers,
-            epoch_order=self.epoch_order,
         )
 
     def train_dataloader(self) -> DataLoader:
@@ -405,7 +388,7 @@ class LCQMCDataModule(AttnDataModule):
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", False)
 
-    # ---------------------------------------------------------------- attention and prediction
+    # ---------------------------------------------------------------- raw pairs, probes
     def encode_texts(self, texts_a: list[str], texts_b: list[str]) -> dict[str, torch.Tensor]:
         """Raw pairs -> a model batch (no labels). Over-long pairs are truncated to max_seq_len."""
         tokenizer = self.ensure_tokenizer()
@@ -413,84 +396,6 @@ class LCQMCDataModule(AttnDataModule):
         input_ids, mask = pad_sequences(ids, tokenizer.pad_id)
         segment_ids, _ = pad_sequences(segments, 0)
         return {"input_ids": input_ids, "segment_ids": segment_ids, "mask": mask}
-
-    raw_fields = ("text_a", "text_b")
-
-    def check_raw(self, example: dict[str, str]) -> str | None:
-        empty = [k for k in self.raw_fields if not example.get(k, "").strip()]
-        if empty:
-            return f"{' and '.join(empty)} {'is' if len(empty) == 1 else 'are'} empty: there is nothing to compare"
-        return None
-
-    def raw_notes(self, example: dict[str, str]) -> list[str]:
-        tokenizer = self.ensure_tokenizer()
-        notes = []
-        tokens = [tokenizer.tokenize(example[k]) for k in self.raw_fields]
-        total = sum(len(t) for t in tokens) + 3
-        if total > self.max_seq_len:
-            notes.append(
-                f"{total} tokens with [CLS]/[SEP]: truncated to data.max_seq_len={self.max_seq_len} "
-                f"(the longer text loses its tail first)"
-            )
-        # counted in what the model reads: after truncation, as IMDB's notes count
-        (ids,), _ = tokenizer.encode_pairs(
-            [example["text_a"]], [example["text_b"]], self.max_seq_len
-        )
-        read = tokenizer.ids_to_tokens(ids)
-        unknown = sum(token == "[UNK]" for token in read)
-        if unknown:
-            notes.append(
-                f"{unknown} of the {len(read) - 3} tokens read are not in the training vocabulary "
-                f"([UNK])"
-            )
-        return notes
-
-    def encode_raw(self, examples: list[dict[str, str]]) -> dict[str, torch.Tensor]:
-        return self.encode_texts([e["text_a"] for e in examples], [e["text_b"] for e in examples])
-
-    def prediction_label(self, class_index: int) -> str:
-        return LABEL_NAMES[class_index]
-
-    def prediction_attention(
-        self, batch: dict, attention
-    ) -> list[tuple[list[str], dict[str, torch.Tensor]]]:
-        """Per pair: its tokens ([CLS] a [SEP] b [SEP]) and the attention each receives, per layer
-        and head (named as in the PNG's panels)."""
-        from attnexp.viz.text import token_weights
-
-        if attention is None:
-            return []
-        received = {
-            f"layer {layer + 1} head {head + 1}": weights
-            for layer, maps in enumerate(attention)
-            for head, weights in enumerate(token_weights(maps, batch["mask"]).values())
-        }
-        examples = []
-        for b, ids in enumerate(batch["input_ids"]):
-            length = int(batch["mask"][b].sum())
-            tokens = self.ensure_tokenizer().ids_to_tokens(ids[:length].tolist())
-            examples.append((tokens, {view: w[b, :length] for view, w in received.items()}))
-        return examples
-
-    def prediction_figures(
-        self, batch: dict, probs: torch.Tensor, attention, views: list, out_stems: list[Path | None]
-    ) -> list[Path]:
-        """Per pair: a PNG of layers x heads heatmaps over its tokens, and an HTML page of the
-        attention each token receives (per layer and head)."""
-        from attnexp.viz.pairs import plot_pair_attention
-        from attnexp.viz.text import save_prediction
-
-        if attention is None:
-            return []
-        written = []
-        for b, ((tokens, per_view), stem) in enumerate(zip(views, out_stems, strict=True)):
-            if stem is None:
-                continue
-            maps = [layer[b, :, : len(tokens), : len(tokens)] for layer in attention]
-            title = f"p(similar)={float(probs[b, 1]):.2f}"
-            figure = plot_pair_attention(tokens, maps, title)
-            written += save_prediction(figure, tokens, per_view, title, stem, dpi=100)
-        return written
 
     def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor] | None:
         """The shortest validation pairs of each label (readable heatmaps), fixed across epochs."""
@@ -507,22 +412,3 @@ class LCQMCDataModule(AttnDataModule):
             :num_examples
         ] or order[:num_examples]
         return dataset.collate(indices, self.tokenizer.pad_id)
-
-    def attention_figure(
-        self, batch: dict, logits: torch.Tensor, attention, max_figures: int = 2
-    ) -> dict[str, Figure]:
-        """One layers x heads heatmap grid per example, for the first `max_figures` examples."""
-        from attnexp.viz.pairs import plot_pair_attention
-
-        probs = torch.softmax(logits.detach().float(), dim=-1)[:, 1].cpu()
-        figures = {}
-        for b in range(min(max_figures, len(batch["input_ids"]))):
-            length = int(batch["mask"][b].sum())
-            tokens = self.ensure_tokenizer().ids_to_tokens(batch["input_ids"][b, :length].tolist())
-            label = int(batch["labels"][b]) if "labels" in batch else None
-            title = f"p(similar)={float(probs[b]):.2f}" + (
-                f", label={LABEL_NAMES[label]}" if label is not None else ""
-            )
-            maps = [layer[b, :, :length, :length] for layer in attention]
-            figures[f"attention/pair{b}"] = plot_pair_attention(tokens, maps, title)
-        return figures

@@ -18,9 +18,9 @@ class ResumableLoader(DataLoader):
     dataloader is not resumable"), and `last.ckpt` is written at every validation, which
     `trainer.val_check_interval` puts mid-epoch.
 
-    The epoch is that of the sampler Lightning moves on (`set_epoch`). A loader whose sampler has
-    none (`data.epoch_order=repeat`: every epoch the same order) skips only when the checkpoint
-    was written before the last batch.
+    The epoch is that of the sampler Lightning moves on (`set_epoch`); a loader whose sampler has
+    none (the same order every epoch) skips only when the checkpoint was written before the last
+    batch.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

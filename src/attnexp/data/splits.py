@@ -1,9 +1,13 @@
-"""Held-out parts of a labelled split, stratified by label and drawn from a seed.
+"""Held-out parts of a split, drawn from `data.split_seed` (null: the run's seed): stratified by
+label (IMDB) or plain random (LCQMC's reduced protocol). Both DataModules refuse a fraction that
+leaves either side empty with `check_sides`.
 
 A split is `{"text": [str, ...], "label": [int, ...]}`; labels are class indices.
 """
 
 import torch
+
+from attnexp.errors import ConfigError
 
 Split = dict[str, list]  # {"text": [...], "label": [...]}
 
@@ -45,3 +49,22 @@ def stratified_split(
 
 def subset(split: Split, indices: list[int]) -> Split:
     return {k: [split[k][i] for i in indices] for k in ("text", "label")}
+
+
+def random_split(count: int, fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """(keep, held_out) indices of `count` examples: round(count * fraction) (at least 1) held
+    out, in the order of one permutation drawn from the seed."""
+    order = torch.randperm(count, generator=torch.Generator().manual_seed(seed)).tolist()
+    held = max(1, int(round(count * fraction)))
+    return order[held:], order[:held]
+
+
+def check_sides(keep: list, held: list, fraction: float, what: str, rest: str) -> None:
+    """Each side of a held-out split needs an example: `what` names the examples split ("train
+    reviews"), `rest` the side they stay on ("train")."""
+    if not keep or not held:
+        raise ConfigError(
+            f"data.val_fraction={fraction} of the {len(keep) + len(held)} {what} leaves "
+            f"{len(held)} for validation and {len(keep)} for {rest}: each needs one "
+            f"(set data.val_fraction=...)"
+        )

@@ -4,47 +4,43 @@ A dataset names its folder, labels and probe texts and says where its splits com
 attributes and the `load_*` methods below); the base does the rest: a stratified validation split
 drawn from `data.seed`, a word-level tokenizer trained on the training split (saved in the run dir,
 so evaluate/predict read text as training did), the token-id cache under
-`<cache_dir>/<data_subdir>/`, length-bucketed resumable training batches, predict's raw-text
-encoding and notes, and the attention figures of the probe texts.
+`<cache_dir>/<data_subdir>/`, length-bucketed resumable training batches and the encoding of raw
+texts (predict's, the probe texts'; `attnexp.predictors.tokens` reads and draws predictions).
 
 A split is `{"text": [str, ...], "label": [int, ...]}`; labels are indices into `labels`.
 """
 
 import logging
-import sys
 from pathlib import Path
 
 import torch
-from matplotlib.figure import Figure
 from torch.utils.data import DataLoader
 
 from attnexp.data.base import AttnDataModule, data_hash, fingerprint
 from attnexp.data.batching import (
     TokenDataset,
     bucketed_loader,
-    check_epoch_order,
     collate_tokens,
     pad_sequences,
 )
 from attnexp.data.sources import resolve, sample_path
-from attnexp.data.splits import Split, stratified_split, subset
+from attnexp.data.splits import Split, check_sides, stratified_split, subset
 from attnexp.data.text import (
     HTML_BREAK,
     PAD_ID,
     TRUNCATIONS,
-    UNK_ID,
+    cache_folder,
     check_word_ids,
-    default_cache_dir,
     encode_texts,
     load_tokenizer,
+    reused_tokenizer,
     save_tokenizer,
     texts_hash,
     tokenize_dataset,
     tokenizer_hash,
     train_word_tokenizer,
-    truncate,
+    trained_tokenizer,
     word_pre_tokenizer,
-    write_tokenizer,
 )
 from attnexp.errors import (
     ConfigError,
@@ -53,11 +49,10 @@ from attnexp.errors import (
     require_positive,
     require_seed,
 )
-from attnexp.files import not_a_folder
 
 SPLITS = ("train", "test")  # what the loaders return; validation is carved out of one of them
 # In the token-id cache key: how texts become ids beyond the tokenizer (a typed "[PAD]" reads as
-# [UNK] since 2026-11-23), so ids cached under an earlier rule are not reused.
+# [UNK]), so ids cached under another rule are not reused.
 ENCODING = "pad-as-unk"
 
 
@@ -84,8 +79,6 @@ class TextClassificationDataModule(AttnDataModule):
         max_seq_len / truncation: texts are cut to max_seq_len tokens, the first ones ("head") or
             the first and last halves ("head_tail").
         batch_size: texts per batch; batches are length-bucketed (`pool_batches` batches per pool).
-        epoch_order: "reshuffle" (new training batches each epoch) or "repeat" (epoch 0's batches
-            every epoch, as the runs recorded before this option did).
         val_fraction: share of the training texts held out (stratified by label) for validation.
         train_fraction: share of the training texts that train, after validation is carved out
             (stratified by label, drawn from the split seed as the held-out texts are): 1 keeps
@@ -93,12 +86,10 @@ class TextClassificationDataModule(AttnDataModule):
             `val_from=train` run of the same seed trains on (0.9 with val_fraction 0.1).
         seed / split_seed: `seed` draws the batch orders, and the held-out texts unless
             `split_seed` is given (then every run seed validates on the same texts).
-        tokenizer_path: reuse a saved tokenizer (file or run dir) instead of training one.
-        cache_dir: token-id cache (null: $ATTNEXP_CACHE or ~/.cache/attnexp).
+        tokenizer_path / cache_dir: as for every text dataset (see `attnexp.data.text`).
     """
 
     input_kind = "tokens"
-    raw_fields = ("text",)
     dataset_name: str = ""
     labels: tuple[str, ...] = ()
     probes: tuple[tuple[str, int], ...] = ()
@@ -120,7 +111,6 @@ class TextClassificationDataModule(AttnDataModule):
         val_fraction: float = 0.1,
         train_fraction: float = 1.0,
         pool_batches: int = 50,
-        epoch_order: str = "reshuffle",
         tokenizer_path: str | None = None,
         cache_dir: str | None = None,
         seed: int = 0,
@@ -140,8 +130,6 @@ class TextClassificationDataModule(AttnDataModule):
         require_fraction("data.train_fraction", train_fraction, upto_one=True)
         require_non_negative("data.num_workers", num_workers)
         require_seed("data.split_seed", split_seed)
-        check_epoch_order(epoch_order)
-        self.epoch_order = epoch_order
         self.data_dir, self.source_request = Path(data_dir), source
         self.vocab_size, self.min_frequency, self.lowercase = vocab_size, min_frequency, lowercase
         word_pre_tokenizer(word_split)  # fail on a bad value now, not after loading the data
@@ -155,15 +143,9 @@ class TextClassificationDataModule(AttnDataModule):
         self.val_fraction, self.seed, self.num_workers = val_fraction, seed, num_workers
         self.train_fraction = train_fraction
         self.split_seed = seed if split_seed is None else split_seed
-        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-        blocker = not_a_folder(self.cache_dir)
-        if blocker is not None:
-            raise ConfigError(
-                f"data.cache_dir={self.cache_dir}: {blocker} is a file, so the token-id cache "
-                f"cannot go there (set data.cache_dir=<a folder>)"
-            )
+        self.cache_folder = cache_folder(cache_dir, self.data_subdir)
         self.tokenizer = (
-            check_word_ids(load_tokenizer(tokenizer_path), tokenizer_path, "data.tokenizer_path")
+            check_word_ids(reused_tokenizer(tokenizer_path), tokenizer_path, "data.tokenizer_path")
             if tokenizer_path
             else None
         )
@@ -252,12 +234,7 @@ class TextClassificationDataModule(AttnDataModule):
         keep_idx, val_idx = stratified_split(
             carved["label"], self.val_fraction, self.split_seed, block
         )
-        if not keep_idx or not val_idx:
-            raise ConfigError(
-                f"data.val_fraction={self.val_fraction} of the {len(carved['label'])} "
-                f"{source} {self.noun} leaves {len(val_idx)} for validation and "
-                f"{len(keep_idx)} for {source}: each needs one (set data.val_fraction=...)"
-            )
+        check_sides(keep_idx, val_idx, self.val_fraction, f"{source} {self.noun}", source)
         return {
             "train": raw["train"],
             "test": raw["test"],
@@ -312,7 +289,7 @@ class TextClassificationDataModule(AttnDataModule):
         self.splits = {}
         for name, part in parts.items():
             key = texts_hash(part["text"], tok_hash, self.max_seq_len, self.truncation, ENCODING)
-            cache = self.cache_dir / self.data_subdir / f"{name}-{key}.arrow"
+            cache = self.cache_folder / f"{name}-{key}.arrow"
             encoded = tokenize_dataset(
                 Dataset.from_dict(part),
                 self.tokenizer,
@@ -371,25 +348,21 @@ class TextClassificationDataModule(AttnDataModule):
             )
 
     def _train_tokenizer(self, texts: list[str]):
-        key = texts_hash(
-            texts, self.vocab_size, self.min_frequency, self.lowercase, self.word_split, HTML_BREAK
+        settings = (
+            self.vocab_size,
+            self.min_frequency,
+            self.lowercase,
+            self.word_split,
+            HTML_BREAK,
         )
-        cached = self.cache_dir / self.data_subdir / f"tokenizer-{key}.json"
-        if cached.is_file():
-            try:
-                tokenizer = load_tokenizer(cached)
-            except ConfigError as err:  # a broken cache is a cache miss
-                self._log.warning(
-                    "training the tokenizer again: the cached one is broken (%s)", err
-                )
-            else:
-                self._log.info("tokenizer from cache %s", cached)
-                return tokenizer
-        tokenizer = train_word_tokenizer(
-            texts, self.vocab_size, self.min_frequency, self.lowercase, self.word_split
+        return trained_tokenizer(
+            self.cache_folder,
+            texts,
+            settings,
+            lambda: train_word_tokenizer(
+                texts, self.vocab_size, self.min_frequency, self.lowercase, self.word_split
+            ),
         )
-        write_tokenizer(tokenizer, cached)
-        return tokenizer
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         data = self.splits[split]
@@ -401,7 +374,6 @@ class TextClassificationDataModule(AttnDataModule):
             seed=self.seed,
             collate_fn=collate_tokens,
             num_workers=self.num_workers,
-            epoch_order=self.epoch_order,
             pool_batches=self.pool_batches,
         )
 
@@ -414,109 +386,16 @@ class TextClassificationDataModule(AttnDataModule):
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", shuffle=False)
 
-    # --- raw text in, explained prediction out (predict, probes) --------------------------------
-    def tokens(self, ids: list[int]) -> list[str]:
-        return [self.tokenizer.id_to_token(i) for i in ids]
-
-    def check_raw(self, example: dict[str, str]) -> str | None:
-        text = example.get("text")
-        if text is None or not text.strip():
-            return "empty text: nothing to classify"
-        if not self.tokenizer.encode(text, add_special_tokens=False).ids:
-            return "no tokens left after normalisation: nothing to classify"
-        return None
-
-    def raw_notes(self, example: dict[str, str]) -> list[str]:
-        (ids,) = encode_texts(self.tokenizer, [example["text"]], sys.maxsize)  # as the model reads
-        notes = []
-        if len(ids) > self.max_seq_len:
-            which = "first" if self.truncation == "head" else "first and last"
-            notes.append(
-                f"long text: only the {which} {self.max_seq_len} of {len(ids)} tokens are read "
-                f"(data.max_seq_len, data.truncation={self.truncation})"
-            )
-        ids = truncate(ids, self.max_seq_len, self.truncation)
-        unknown = sum(i == UNK_ID for i in ids)
-        if unknown == len(ids):
-            notes.append(
-                "every word is unknown to the vocabulary: the prediction reflects no word of the text"
-            )
-        elif unknown:
-            notes.append(f"{unknown} unknown word(s) read as [UNK]")
-        return notes
-
-    def encode_raw(self, examples: list[dict[str, str]]) -> dict[str, torch.Tensor]:
-        ids = encode_texts(
-            self.tokenizer, [e["text"] for e in examples], self.max_seq_len, self.truncation
-        )
+    # --- raw text in (predict's examples, the probes) -------------------------------------------
+    def encode(self, texts: list[str]) -> dict[str, torch.Tensor]:
+        """Raw texts -> a model batch (no labels), exactly as in training."""
+        ids = encode_texts(self.tokenizer, texts, self.max_seq_len, self.truncation)
         input_ids, mask = pad_sequences(ids, PAD_ID)
         return {"input_ids": input_ids, "mask": mask}
-
-    def prediction_label(self, class_index: int) -> str:
-        return self.labels[class_index]
 
     def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor] | None:
         if self.tokenizer is None or not self.probes:
             return None
         probes = self.probes[:num_examples]
-        batch = self.encode_raw([{"text": text} for text, _ in probes])
+        batch = self.encode([text for text, _ in probes])
         return {**batch, "labels": torch.tensor([label for _, label in probes])}
-
-    def _token_rows(
-        self, batch: dict, attention
-    ) -> tuple[list[list[str]], dict[str, torch.Tensor]]:
-        from attnexp.viz.text import token_weights
-
-        mask = batch["mask"].cpu()
-        rows = [
-            self.tokens(ids[m].tolist())
-            for ids, m in zip(batch["input_ids"].cpu(), mask, strict=True)
-        ]
-        return rows, token_weights(attention, mask)
-
-    def attention_figure(
-        self, batch: dict, logits: torch.Tensor, attention
-    ) -> dict[str, Figure] | None:
-        from attnexp.viz.text import token_heatmap
-
-        if attention is None:
-            return None
-        rows, weights = self._token_rows(batch, attention)
-        probs = logits.softmax(-1).cpu()
-        names = self.labels
-        labels = [
-            f"y={names[int(y)][:3]} p={names[int(p)][:3]} {float(pr.max()):.2f}"
-            for y, p, pr in zip(batch["labels"].cpu(), probs.argmax(-1), probs, strict=True)
-        ]
-        return {
-            f"attention/{tag}": token_heatmap(rows, w, labels, title=tag)
-            for tag, w in weights.items()
-        }
-
-    def prediction_attention(
-        self, batch: dict, attention
-    ) -> list[tuple[list[str], dict[str, torch.Tensor]]]:
-        if attention is None:
-            return []
-        rows, weights = self._token_rows(batch, attention)
-        return [
-            (tokens, {view: w[i, : len(tokens)] for view, w in weights.items()})
-            for i, tokens in enumerate(rows)
-        ]
-
-    def prediction_figures(
-        self, batch: dict, probs: torch.Tensor, attention, views: list, out_stems: list[Path]
-    ) -> list[Path]:
-        """Per example: a token heatmap PNG and a self-contained HTML, `<stem>.png` / `<stem>.html`."""
-        from attnexp.viz.text import example_heatmap, save_prediction
-
-        if attention is None:
-            return []
-        written = []
-        for i, ((tokens, per_view), stem) in enumerate(zip(views, out_stems, strict=True)):
-            if stem is None:
-                continue
-            title = f"{self.labels[int(probs[i].argmax())]} ({float(probs[i].max()):.3f})"
-            figure = example_heatmap(tokens, per_view, title)
-            written += save_prediction(figure, tokens, per_view, title, stem)
-        return written

@@ -12,15 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from matplotlib.figure import Figure
 from tokenizers import Tokenizer
 from torch.utils.data import Dataset
 
 from attnexp.data.base import AttnDataModule, data_hash, fingerprint
-from attnexp.data.batching import bucketed_loader, check_epoch_order, pad_sequences
+from attnexp.data.batching import bucketed_loader, pad_sequences
 from attnexp.data.text import (
     PAD_ID,
-    UNK_ID,
     default_cache_dir,
     load_tokenizer,
     texts_hash,
@@ -40,7 +38,6 @@ from attnexp.data.translation_text import (
 )
 from attnexp.errors import ConfigError, require_bool, require_non_negative, require_positive
 from attnexp.files import write_atomically
-from attnexp.viz.translation import alignment_figure
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +148,6 @@ class TranslationDataModule(AttnDataModule):
         pool_batches: int = 50,
         tokenizer_path: str | None = None,
         cache_dir: str | None = None,
-        epoch_order: str = "reshuffle",
         seed: int = 0,
         num_workers: int = 0,
     ) -> None:
@@ -166,7 +162,6 @@ class TranslationDataModule(AttnDataModule):
                 f"data.src and data.tgt are both {src} (set data.tgt to another language)"
             )
         check_tokenizer_kind(tokenizer)
-        check_epoch_order(epoch_order)
         require_bool("data.lowercase", lowercase)
         for key, value in (
             ("batch_size", batch_size),
@@ -191,7 +186,7 @@ class TranslationDataModule(AttnDataModule):
         self.val_bleu_sources, self.pool_batches = val_bleu_sources, pool_batches
         self.tokenizer_path = tokenizer_path
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-        self.epoch_order, self.seed, self.num_workers = epoch_order, seed, num_workers
+        self.seed, self.num_workers = seed, num_workers
         self.tokenizers: dict[str, Tokenizer] = {}
         self.splits: dict[str, PairSplit] = {}
         self.datasets: dict[str, PairDataset] = {}
@@ -313,32 +308,6 @@ class TranslationDataModule(AttnDataModule):
         ids, mask = pad_sequences(encode_sentences(self.tokenizers["src"], texts), PAD_ID)
         return {"src_ids": ids, "src_mask": mask}
 
-    # ------------------------------------------------------------------ raw inputs (predict)
-    raw_fields = ("text",)
-
-    def check_raw(self, example: dict[str, str]) -> str | None:
-        if not example.get("text", "").strip():
-            return "empty text: nothing to translate"
-        return None
-
-    def raw_notes(self, example: dict[str, str]) -> list[str]:
-        """Unknown words (read as [UNK]) and a source longer than the training pairs."""
-        tokenizer = self.tokenizers["src"]
-        tokens = tokenizer.encode(example["text"], add_special_tokens=False).tokens
-        notes = []
-        unknown = [t for t in tokens if tokenizer.token_to_id(t) in (None, UNK_ID)]
-        if unknown:
-            notes.append(f"{len(unknown)} of {len(tokens)} source tokens unknown to the vocabulary")
-        if self.max_tokens is not None and len(words(example["text"])) > self.max_tokens:
-            notes.append(
-                f"{len(words(example['text']))} words: longer than any training source "
-                f"(data.max_tokens={self.max_tokens})"
-            )
-        return notes
-
-    def encode_raw(self, examples: list[dict[str, str]]) -> dict[str, torch.Tensor]:
-        return self.encode_sources([e["text"] for e in examples])
-
     # ------------------------------------------------------------------ TensorBoard figures
     def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor] | None:
         """The first validation pair of each of the first sources: what the attention figure
@@ -352,20 +321,6 @@ class TranslationDataModule(AttnDataModule):
         batch = dataset.collate(indices)
         return {k: batch[k] for k in ("src_ids", "src_mask", "tgt_in")}
 
-    def attention_figure(self, batch: dict[str, torch.Tensor], logits, attention) -> Figure | None:
-        if attention is None:
-            return None
-        src_vocab, tgt_vocab = self.tokenizers["src"], self.tokenizers["tgt"]
-        sources = [
-            [src_vocab.id_to_token(i) for i in ids[mask].tolist()]
-            for ids, mask in zip(batch["src_ids"], batch["src_mask"], strict=True)
-        ]
-        targets = [  # the tokens each step emits: the reference shifted left, then [EOS]
-            [tgt_vocab.id_to_token(i) for i in ids[ids != PAD_ID].tolist()[1:]] + ["[EOS]"]
-            for ids in batch["tgt_in"]
-        ]
-        return alignment_figure(sources, targets, attention)
-
     # ------------------------------------------------------------------ loaders
     def _loader(self, stage: str):
         dataset = self.datasets[stage]
@@ -377,7 +332,6 @@ class TranslationDataModule(AttnDataModule):
             seed=self.seed,
             collate_fn=dataset.collate,
             num_workers=self.num_workers,
-            epoch_order=self.epoch_order,
             pool_batches=self.pool_batches,
         )
 

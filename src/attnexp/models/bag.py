@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from attnexp.errors import ConfigError, require_positive
+from attnexp.models.output import ModelOutput
 from attnexp.modules import AttentionPooling, Scorer, SimpleScorer
 
 BACKBONES = ("mlp", "conv")
@@ -87,8 +88,10 @@ class BagMLP(nn.Module):
             nn.Linear(hidden_size, num_classes),
         )
 
-    def forward(self, items: torch.Tensor, mask: torch.Tensor, return_attention: bool = False):
-        """items (B, T, C, S, S), mask (B, T) -> logits (B, classes); no attention to return."""
+    def forward(
+        self, items: torch.Tensor, mask: torch.Tensor, return_attention: bool = False
+    ) -> ModelOutput:
+        """items (B, T, C, S, S), mask (B, T) -> logits (B, classes); no attention."""
         B, T = mask.shape
         if T > self.max_bag_size:
             raise ConfigError(
@@ -98,8 +101,7 @@ class BagMLP(nn.Module):
         if T < self.max_bag_size:  # smaller bags: the missing slots are empty (zeros)
             pad = items.new_zeros(B, self.max_bag_size - T, *items.shape[2:])
             items = torch.cat([items, pad], dim=1)
-        logits = self.net(items)
-        return (logits, None) if return_attention else logits
+        return ModelOutput(self.net(items))
 
 
 class BagAttention(nn.Module):
@@ -110,9 +112,8 @@ class BagAttention(nn.Module):
             masked mean of the item features as query).
         scorer: factory for the context scorer, called with key_dim and query_dim (from `scorer=`).
         backbone: "mlp" or "conv".
-        pooled_norm: BatchNorm on the pooled vector before the classifier; None: as the book
-            (context: yes, simple: no; conf/model/bag_attn.yaml's default). False, the default
-            here, is what runs from before the option trained: their checkpoints still load.
+        pooled_norm: BatchNorm on the pooled vector before the classifier (the book's context
+            attention net has it, its simple attention net does not).
     """
 
     input_kind = "bags"
@@ -128,7 +129,7 @@ class BagAttention(nn.Module):
         backbone: str = "mlp",
         attention: str = "context",
         scorer: Callable[..., Scorer] | None = None,
-        pooled_norm: bool | None = False,
+        pooled_norm: bool = False,
     ) -> None:
         super().__init__()
         require_positive("model.hidden_size", hidden_size)
@@ -146,14 +147,13 @@ class BagAttention(nn.Module):
             self.pool = AttentionPooling(hidden_size, SimpleScorer(hidden_size), query="none")
         else:
             self.pool = AttentionPooling(hidden_size, scorer, query="mean")
-        if pooled_norm is None:
-            pooled_norm = attention == "context"
         self.head = classifier_head(hidden_size, num_classes, pooled_norm)
 
-    def forward(self, items: torch.Tensor, mask: torch.Tensor, return_attention: bool = False):
-        """items (B, T, C, S, S), mask (B, T) -> logits (B, classes) [, weights (B, T)]."""
+    def forward(
+        self, items: torch.Tensor, mask: torch.Tensor, return_attention: bool = False
+    ) -> ModelOutput:
+        """items (B, T, C, S, S), mask (B, T) -> logits (B, classes), weights (B, T) if asked."""
         B, T = mask.shape
         features = self.backbone(items.flatten(0, 1)).view(B, T, -1)  # (B, T, H)
         pooled, weights = self.pool(features, mask)  # (B, H), (B, T)
-        logits = self.head(pooled)
-        return (logits, weights) if return_attention else logits
+        return ModelOutput(self.head(pooled), weights if return_attention else None)

@@ -14,6 +14,7 @@ from torch import nn
 
 from attnexp.errors import require_positive
 from attnexp.models.bag import classifier_head, item_backbone
+from attnexp.models.output import ModelOutput
 from attnexp.modules.masking import masked_max
 
 
@@ -46,13 +47,15 @@ class BagMaxPool(nn.Module):
         self.backbone = item_backbone(backbone, image_size, channels, hidden_size)
         self.head = classifier_head(hidden_size, num_classes, pooled_norm)
 
-    def forward(self, items: torch.Tensor, mask: torch.Tensor, return_attention: bool = False):
-        """items (B, T, C, S, S), mask (B, T) -> logits (B, classes) [, shares (B, T)]."""
+    def forward(
+        self, items: torch.Tensor, mask: torch.Tensor, return_attention: bool = False
+    ) -> ModelOutput:
+        """items (B, T, C, S, S), mask (B, T) -> logits (B, classes), shares (B, T) if asked."""
         B, T = mask.shape
         features = self.backbone(items.flatten(0, 1)).view(B, T, -1)  # (B, T, H)
         pooled, winners = masked_max(features, mask)  # (B, H), (B, H)
         logits = self.head(pooled)
         if not return_attention:
-            return logits
+            return ModelOutput(logits)
         shares = F.one_hot(winners, T).to(features.dtype).mean(dim=1)  # (B, T)
-        return logits, shares * mask.any(dim=1, keepdim=True)
+        return ModelOutput(logits, shares * mask.any(dim=1, keepdim=True))

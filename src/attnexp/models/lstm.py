@@ -1,5 +1,6 @@
 """BiLSTM text classifiers: mean pooling, attention pooling, multi-head self-attention.
 
+Each is an `LSTMEncoder`, a pooling of the token features, dropout and a linear head.
 Shapes: B reviews, T tokens (padded), E embedding size, H LSTM hidden size per direction,
 D = 2H (bidirectional) features per token, nh heads. `mask` (B, T) is True on real tokens.
 """
@@ -10,8 +11,8 @@ import torch
 from torch import nn
 
 from attnexp.errors import ConfigError, require_probability
+from attnexp.models.output import ModelOutput
 from attnexp.modules import AttentionPooling, MultiHeadSelfAttention, Scorer, masked_mean
-from attnexp.modules.embeddings import SinusoidalPositionalEncoding
 from attnexp.modules.init import init_linear_layers
 from attnexp.modules.lstm import LSTMEncoder
 from attnexp.modules.mhsa import SimpleSelfAttention, check_heads
@@ -20,11 +21,64 @@ SELF_ATTENTIONS = ("mhsa", "simple")
 ATTN_NORMS = ("none", "layer")
 
 
-class _TextClassifier(nn.Module):
-    """Shared parts: the encoder and the classifier head; subclasses pool the token features.
+def text_encoder(
+    vocab_size: int,
+    embed_dim: int,
+    hidden_size: int,
+    num_layers: int,
+    dropout: float,
+    embed_dropout: float,
+    pad_id: int,
+    rnn_impl: str,
+    embed_init: str,
+) -> LSTMEncoder:
+    """The BiLSTM encoder every model here starts with (`embed_init`: see LSTMEncoder)."""
+    require_probability("model.dropout", dropout)
+    require_probability("model.embed_dropout", embed_dropout)
+    return LSTMEncoder(
+        vocab_size,
+        embed_dim,
+        hidden_size,
+        num_layers,
+        dropout,
+        embed_dropout,
+        pad_id=pad_id,
+        rnn_impl=rnn_impl,
+        embed_init=embed_init,
+    )
 
-    `linear_init` ("torch" | "xavier", see modules/init.py) starts every linear layer (head,
-    scorer, self-attention projections); `embed_init` the embeddings (see LSTMEncoder).
+
+def self_attention_layer(
+    kind: str, width: int, heads: int, attn_dropout: float, width_key: str
+) -> nn.Module:
+    """ "mhsa" (multi-head, learned projections) or "simple" (softmax(X X^T) X, no parameters);
+    `width_key` is the setting that sizes the features (named when heads do not divide it)."""
+    require_probability("model.attn_dropout", attn_dropout)
+    if kind not in SELF_ATTENTIONS:
+        raise ConfigError(
+            f"model.attention '{kind}' is not one of {', '.join(SELF_ATTENTIONS)} "
+            f"(set model.attention=...)"
+        )
+    if kind == "simple":
+        return SimpleSelfAttention()
+    check_heads(width, heads, width_key)
+    return MultiHeadSelfAttention(width, heads, dropout=attn_dropout)
+
+
+def attention_norm(kind: str, width: int) -> nn.Module:
+    if kind not in ATTN_NORMS:
+        raise ConfigError(
+            f"model.attn_norm '{kind}' is not one of {', '.join(ATTN_NORMS)} "
+            f"(set model.attn_norm=...)"
+        )
+    return nn.LayerNorm(width) if kind == "layer" else nn.Identity()
+
+
+class LSTMMean(nn.Module):
+    """BiLSTM -> masked mean over tokens -> linear: the no-attention baseline.
+
+    `linear_init` ("torch" | "xavier", see modules/init.py) starts every linear layer;
+    `embed_init` the embeddings (see LSTMEncoder).
     """
 
     input_kind = "tokens"
@@ -44,47 +98,26 @@ class _TextClassifier(nn.Module):
         linear_init: str = "torch",
     ) -> None:
         super().__init__()
-        require_probability("model.dropout", dropout)
-        require_probability("model.embed_dropout", embed_dropout)
-        self.encoder = LSTMEncoder(
-            vocab_size,
-            embed_dim,
-            hidden_size,
-            num_layers,
-            dropout,
-            embed_dropout,
-            pad_id=pad_id,
-            rnn_impl=rnn_impl,
-            embed_init=embed_init,
-        )
+        self.encoder = text_encoder(
+            vocab_size, embed_dim, hidden_size, num_layers, dropout, embed_dropout, pad_id,
+            rnn_impl, embed_init,
+        )  # fmt: skip
         self.dropout = nn.Dropout(dropout)
         self.head = nn.Linear(self.encoder.output_dim, num_classes)
-        if type(self).__init__ is _TextClassifier.__init__:
-            # No layers of its own (mean pooling). The others add theirs first, then call this.
-            init_linear_layers(self, linear_init)
+        init_linear_layers(self, linear_init)
 
-    def pool(
-        self, features: torch.Tensor, mask: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        raise NotImplementedError
-
-    def forward(self, input_ids: torch.Tensor, mask: torch.Tensor, return_attention: bool = False):
-        """input_ids (B, T), mask (B, T) -> logits (B, classes) [, attention or None]."""
+    def forward(
+        self, input_ids: torch.Tensor, mask: torch.Tensor, return_attention: bool = False
+    ) -> ModelOutput:
+        """input_ids (B, T), mask (B, T) -> logits (B, classes); no attention."""
         features = self.encoder(input_ids, mask)  # (B, T, D)
-        pooled, attention = self.pool(features, mask)  # (B, D)
-        logits = self.head(self.dropout(pooled))
-        return (logits, attention) if return_attention else logits
+        return ModelOutput(self.head(self.dropout(masked_mean(features, mask))))
 
 
-class LSTMMean(_TextClassifier):
-    """BiLSTM -> masked mean over tokens -> linear: the no-attention baseline."""
-
-    def pool(self, features, mask):
-        return masked_mean(features, mask), None
-
-
-class LSTMAttention(_TextClassifier):
+class LSTMAttention(nn.Module):
     """BiLSTM -> attention pooling with a learned task query (scorer from `scorer=`) -> linear."""
+
+    input_kind = "tokens"
 
     def __init__(
         self,
@@ -102,19 +135,13 @@ class LSTMAttention(_TextClassifier):
         query_init: str = "normal",
         linear_init: str = "torch",
     ) -> None:
-        super().__init__(
-            vocab_size,
-            num_classes,
-            embed_dim,
-            hidden_size,
-            num_layers,
-            dropout,
-            embed_dropout,
-            pad_id,
-            rnn_impl,
-            embed_init,
-            linear_init,
-        )
+        super().__init__()
+        self.encoder = text_encoder(
+            vocab_size, embed_dim, hidden_size, num_layers, dropout, embed_dropout, pad_id,
+            rnn_impl, embed_init,
+        )  # fmt: skip
+        self.dropout = nn.Dropout(dropout)
+        self.head = nn.Linear(self.encoder.output_dim, num_classes)
         if scorer is None:
             # No list of names here: the runner refuses this first, listing conf/scorer/.
             raise ConfigError("lstm_attn needs a scorer (set scorer=additive|dot|...)")
@@ -123,26 +150,29 @@ class LSTMAttention(_TextClassifier):
         )
         init_linear_layers(self, linear_init)
 
-    def pool(self, features, mask):
-        return self.attention(features, mask)  # (B, D), (B, T)
+    def forward(
+        self, input_ids: torch.Tensor, mask: torch.Tensor, return_attention: bool = False
+    ) -> ModelOutput:
+        """input_ids (B, T), mask (B, T) -> logits (B, classes), pooling weights (B, T)."""
+        features = self.encoder(input_ids, mask)  # (B, T, D)
+        pooled, weights = self.attention(features, mask)  # (B, D), (B, T)
+        logits = self.head(self.dropout(pooled))
+        return ModelOutput(logits, weights if return_attention else None)
 
 
-class LSTMSelfAttention(_TextClassifier):
-    """BiLSTM (or embeddings + positions) -> self-attention -> masked mean -> linear.
+class LSTMSelfAttention(nn.Module):
+    """BiLSTM -> self-attention -> masked mean -> linear.
 
     Args:
-        heads: attention heads; the feature size (2 * hidden_size, or embed_dim without LSTM) must
-            be divisible by it.
+        heads: attention heads; 2 * hidden_size must be divisible by it.
         attention: "mhsa" (multi-head, learned projections) or "simple" (softmax(X X^T) X).
         attn_norm: "layer": a LayerNorm on the features before the self-attention (the scores are
             products of two projected features, so small BiLSTM states give near-uniform
             weights); "none": the features as they come. With attention="simple" (no scaling),
             normalised features make each token attend almost only to itself.
-        use_lstm: false: no LSTM; embeddings plus sinusoidal positions go straight to attention.
-        max_seq_len: longest input (positional table size when use_lstm is false).
-        embed_init: as for LSTMEncoder; None: "xavier" with the LSTM, "normal" without (the
-            added positions, std ~0.7, would drown Xavier's small embeddings).
     """
+
+    input_kind = "tokens"
 
     def __init__(
         self,
@@ -151,7 +181,6 @@ class LSTMSelfAttention(_TextClassifier):
         heads: int = 8,
         attention: str = "mhsa",
         attn_norm: str = "none",
-        use_lstm: bool = True,
         embed_dim: int = 128,
         hidden_size: int = 128,
         num_layers: int = 1,
@@ -160,67 +189,30 @@ class LSTMSelfAttention(_TextClassifier):
         attn_dropout: float = 0.0,
         pad_id: int = 0,
         rnn_impl: str = "auto",
-        embed_init: str | None = "normal",
+        embed_init: str = "normal",
         linear_init: str = "torch",
-        max_seq_len: int = 512,
     ) -> None:
-        if embed_init is None:  # Xavier's small embeddings suit the LSTM, not added positions
-            embed_init = "xavier" if use_lstm else "normal"
-        super().__init__(
-            vocab_size,
-            num_classes,
-            embed_dim,
-            hidden_size,
-            num_layers,
-            dropout,
-            embed_dropout,
-            pad_id,
-            rnn_impl,
-            embed_init,
-            linear_init,
+        super().__init__()
+        self.encoder = text_encoder(
+            vocab_size, embed_dim, hidden_size, num_layers, dropout, embed_dropout, pad_id,
+            rnn_impl, embed_init,
+        )  # fmt: skip
+        width = self.encoder.output_dim
+        self.dropout = nn.Dropout(dropout)
+        self.head = nn.Linear(width, num_classes)
+        self.attn_norm = attention_norm(attn_norm, width)
+        self.self_attention = self_attention_layer(
+            attention, width, heads, attn_dropout, "model.hidden_size"
         )
-        require_probability("model.attn_dropout", attn_dropout)
-        if attention not in SELF_ATTENTIONS:
-            raise ConfigError(
-                f"model.attention '{attention}' is not one of {', '.join(SELF_ATTENTIONS)} "
-                f"(set model.attention=...)"
-            )
-        if attn_norm not in ATTN_NORMS:
-            raise ConfigError(
-                f"model.attn_norm '{attn_norm}' is not one of {', '.join(ATTN_NORMS)} "
-                f"(set model.attn_norm=...)"
-            )
-        if not use_lstm and embed_init == "xavier":
-            std = (2 / (vocab_size + embed_dim)) ** 0.5
-            raise ConfigError(
-                f"model.use_lstm=false adds sinusoidal positions (std ~0.7) to the embeddings, and "
-                f"model.embed_init=xavier starts these at std {std:.3f}: the positions would drown "
-                f"the words (set model.embed_init=normal)"
-            )
-        self.use_lstm = use_lstm
-        width = self.encoder.output_dim if use_lstm else embed_dim
-        if not use_lstm:
-            del self.encoder.lstm  # only the embedding is used
-            self.positions = SinusoidalPositionalEncoding(max_seq_len, embed_dim)
-            self.head = nn.Linear(width, num_classes)
-        self.attn_norm = nn.LayerNorm(width) if attn_norm == "layer" else nn.Identity()
-        if attention == "mhsa":
-            check_heads(width, heads, "model.hidden_size" if use_lstm else "model.embed_dim")
-            self.self_attention = MultiHeadSelfAttention(width, heads, dropout=attn_dropout)
-        else:
-            self.self_attention = SimpleSelfAttention()
         init_linear_layers(self, linear_init)
 
-    def forward(self, input_ids: torch.Tensor, mask: torch.Tensor, return_attention: bool = False):
-        """input_ids (B, T), mask (B, T) -> logits (B, classes) [, weights (B, nh, T, T)]."""
-        B, T = input_ids.shape
-        if self.use_lstm:
-            features = self.encoder(input_ids, mask)  # (B, T, D)
-        else:
-            embedded = self.encoder.embedding(input_ids) + self.positions(T)  # (B, T, E)
-            features = self.encoder.embed_dropout(embedded)
+    def forward(
+        self, input_ids: torch.Tensor, mask: torch.Tensor, return_attention: bool = False
+    ) -> ModelOutput:
+        """input_ids (B, T), mask (B, T) -> logits (B, classes), weights (B, nh, T, T)."""
+        features = self.encoder(input_ids, mask)  # (B, T, D)
         attended, weights = self.self_attention(
             self.attn_norm(features), mask, need_weights=return_attention
-        )
+        )  # (B, T, D), (B, nh, T, T) or None
         logits = self.head(self.dropout(masked_mean(attended, mask)))  # (B, classes)
-        return (logits, weights) if return_attention else logits
+        return ModelOutput(logits, weights)

@@ -18,7 +18,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnexp.errors import ConfigError, require_positive, require_probability
-from attnexp.modules.decoding import Seq2SeqOutput
+from attnexp.models.output import ModelOutput
 from attnexp.modules.masking import masked_softmax
 from attnexp.modules.scorers import Scorer
 
@@ -201,7 +201,7 @@ class Seq2Seq(nn.Module):
         src_mask: torch.Tensor,
         tgt_in: torch.Tensor,
         return_attention: bool = False,
-    ) -> Seq2SeqOutput:
+    ) -> ModelOutput:
         """src (B, S), tgt_in (B, U) starting with BOS -> logits (B, U, V), attention (B, U, S)."""
         B, U = tgt_in.shape
         state, prev = self.start(src_ids, src_mask), tgt_in[:, 0]
@@ -218,4 +218,4 @@ class Seq2Seq(nn.Module):
                 )
                 prev = tgt_in[:, t + 1] if forced else step_logits.argmax(dim=-1)
         attention = torch.stack(rows, 1) if return_attention and self.scorer is not None else None
-        return Seq2SeqOutput(torch.stack(logits, dim=1), attention)
+        return ModelOutput(torch.stack(logits, dim=1), attention)

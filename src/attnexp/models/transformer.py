@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from attnexp.errors import ConfigError, require_positive, require_probability
+from attnexp.models.output import ModelOutput
 from attnexp.modules.embeddings import PairEmbeddings
 from attnexp.modules.transformer import TorchEncoderBlock, TransformerEncoderBlock
 
@@ -16,10 +17,7 @@ IMPLS = ("custom", "torch")
 
 
 def exact_match(
-    input_ids: torch.Tensor,
-    segment_ids: torch.Tensor,
-    mask: torch.Tensor,
-    unk_id: int | None = None,
+    input_ids: torch.Tensor, segment_ids: torch.Tensor, mask: torch.Tensor, unk_id: int
 ) -> torch.Tensor:
     """(B, T) bool: the token also occurs in the other sentence of the pair (DrQA's exact match).
 
@@ -29,23 +27,7 @@ def exact_match(
     other = segment_ids[:, :, None] != segment_ids[:, None, :]  # (B, T, T)
     real = mask[:, :, None] & mask[:, None, :]  # (B, T, T)
     matches = (same & other & real).any(dim=-1)  # (B, T)
-    return matches if unk_id is None else matches & (input_ids != unk_id)
-
-
-def check_unk_matches(unk_matches: bool | None, unk_id: int | None) -> None:
-    if unk_matches is None:
-        raise ConfigError(
-            "model.match_embedding=true needs model.unk_matches: whether an [UNK] matches an [UNK] "
-            "in the other sentence (conf/model/transformer.yaml sets false). A run whose saved "
-            "config lacks it was made before the setting existed: runs before commit 40b6d93 "
-            "(2026-11-23; see machine.commit in its metrics.json) computed true, later ones "
-            "false. Evaluate or predict such a run with 'overrides=[\"+model.unk_matches=true\"]' (or false)"
-        )
-    if not unk_matches and unk_id is None:
-        raise ConfigError(
-            "model.unk_matches=false needs the tokenizer's [UNK] id (unk_id), which the "
-            "DataModule passes: give unk_id=..."
-        )
+    return matches & (input_ids != unk_id)
 
 
 class TransformerMatcher(nn.Module):
@@ -62,12 +44,7 @@ class TransformerMatcher(nn.Module):
         fused_attention: custom blocks use `F.scaled_dot_product_attention` unless weights are asked for.
         match_embedding: add a learned embedding of `exact_match` (does this character occur in the
             other sentence?) to the input: a classic matching feature, off in the reference setting.
-        unk_matches: with match_embedding, whether an [UNK] counts as occurring in the other
-            sentence when that holds an [UNK] too. False (conf/model/transformer.yaml): two unseen
-            characters share the id, not the character. True rebuilds the runs made before
-            commit 40b6d93 (2026-11-23), which computed that. Required with match_embedding: a
-            run's saved config without it predates the setting, and the two would give different
-            numbers for the same checkpoint.
+            Needs `unk_id`: an [UNK] never matches.
     """
 
     input_kind = "pairs"
@@ -91,11 +68,13 @@ class TransformerMatcher(nn.Module):
         activation: str = "relu",
         fused_attention: bool = True,
         match_embedding: bool = False,
-        unk_matches: bool | None = None,
     ) -> None:
         super().__init__()
-        if match_embedding:
-            check_unk_matches(unk_matches, unk_id)
+        if match_embedding and unk_id is None:
+            raise ConfigError(
+                "model.match_embedding=true needs the tokenizer's [UNK] id, which the DataModule "
+                "passes (give unk_id=...)"
+            )
         if impl not in IMPLS:
             raise ConfigError(
                 f"impl '{impl}' is not one of {', '.join(IMPLS)} (set model.impl=...)"
@@ -112,7 +91,7 @@ class TransformerMatcher(nn.Module):
         self.embeddings = PairEmbeddings(
             vocab_size, hidden_size, max_seq_len, position, 2, dropout, pad_id
         )
-        self.unk_id = None if unk_matches else unk_id  # exact_match's: None lets [UNK]s match
+        self.unk_id = unk_id
         self.match = nn.Embedding(2, hidden_size) if match_embedding else None
         if self.match is not None:
             nn.init.normal_(self.match.weight, std=0.02)
@@ -144,8 +123,9 @@ class TransformerMatcher(nn.Module):
         segment_ids: torch.Tensor,
         mask: torch.Tensor,
         return_attention: bool = False,
-    ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
-        """input_ids, segment_ids, mask (B, T) -> logits (B, C) [, attention: depth x (B, nh, T, T)]."""
+    ) -> ModelOutput:
+        """input_ids, segment_ids, mask (B, T) -> logits (B, C), attention if asked: one
+        (B, nh, T, T) per block."""
         matches = (
             None if self.match is None else exact_match(input_ids, segment_ids, mask, self.unk_id)
         )  # (B, T)
@@ -157,4 +137,4 @@ class TransformerMatcher(nn.Module):
             attention.append(weights)
         cls = self.final_norm(x)[:, 0]  # (B, H): the [CLS] position
         logits = self.classifier(self.dropout(self.pooler(cls)))  # (B, C)
-        return (logits, attention) if return_attention else logits
+        return ModelOutput(logits, attention if return_attention else None)

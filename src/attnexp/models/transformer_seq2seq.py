@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from attnexp.errors import ConfigError, require_positive, require_probability
-from attnexp.modules.decoding import Seq2SeqOutput
+from attnexp.models.output import ModelOutput
 from attnexp.modules.embeddings import (
     POSITIONS,
     LearnedPositionalEmbedding,
@@ -129,8 +129,8 @@ class TransformerSeq2Seq(nn.Module):
         src_mask: torch.Tensor,
         tgt_in: torch.Tensor,
         return_attention: bool = False,
-    ) -> Seq2SeqOutput:
+    ) -> ModelOutput:
         """src (B, S), tgt_in (B, U) -> logits (B, U, V), attention (B, U, S) (heads averaged)."""
         memory = self.encode(src_ids, src_mask)
         logits, weights = self.decode(memory, src_mask, tgt_in, need_weights=return_attention)
-        return Seq2SeqOutput(logits, None if weights is None else weights.mean(dim=1))
+        return ModelOutput(logits, None if weights is None else weights.mean(dim=1))

@@ -13,14 +13,6 @@ import torch
 import torch.nn.functional as F
 
 
-class Seq2SeqOutput(NamedTuple):
-    """What the encoder-decoders return: logits (B, U, V), and the target-over-source attention
-    (B, U, S) (the last layer's, averaged over heads, for the Transformer) or None."""
-
-    logits: torch.Tensor
-    attention: torch.Tensor | None = None
-
-
 class Hypothesis(NamedTuple):
     tokens: list[int]  # without BOS and EOS
     score: float  # length-normalised log-probability (beam) or summed log-probability (greedy)

@@ -13,6 +13,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.strategies.launchers import _MultiProcessingLauncher
 
 from attnexp.errors import ConfigError, require_positive
+from attnexp.predictors import predictor_for
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +44,8 @@ def tensorboard_writers(trainer: pl.Trainer) -> list:
 class AttentionFigures(pl.Callback):
     """After each validation epoch, draw the attention of a fixed probe batch (tag `attention/...`).
 
-    The DataModule chooses the probe examples and draws the figure (`probe_batch`,
-    `attention_figure`), so one callback serves bags, reviews and sentence pairs.
+    The DataModule chooses the probe examples (`probe_batch`) and the predictor of its input kind
+    draws the figure (`attnexp.predictors`), so one callback serves bags, reviews and pairs.
     """
 
     def __init__(self, num_examples: int = 8, every_n_epochs: int = 1) -> None:
@@ -67,9 +68,9 @@ class AttentionFigures(pl.Callback):
         was_training = pl_module.training
         pl_module.eval()
         with torch.no_grad(), full_parameters(trainer):
-            logits, attention = pl_module.model(**inputs, return_attention=True)
+            output = pl_module.model(**inputs, return_attention=True)
         pl_module.train(was_training)
-        figures = datamodule.attention_figure(batch, logits, attention)
+        figures = predictor_for(datamodule).attention_figure(batch, output.logits, output.attention)
         if figures is None:
             return
         if not isinstance(figures, dict):
@@ -207,8 +208,11 @@ class EpochHistory(pl.Callback):
         row.update({k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1})
         if pending[0] not in self.validated:
             row = {k: v for k, v in row.items() if not k.startswith("val/")}
+        # A resumed run finishes an epoch its earlier attempt ended (it was killed after the
+        # epoch's last validation): what that attempt logged of the epoch stays, updated.
+        earlier = [h for h in self.record.data["history"] if h["epoch"] == row["epoch"]]
         history = [h for h in self.record.data["history"] if h["epoch"] != row["epoch"]]
-        self.record.update(history=[*history, row])
+        self.record.update(history=[*history, {**(earlier[-1] if earlier else {}), **row}])
 
 
 class FiniteLosses(pl.Callback):

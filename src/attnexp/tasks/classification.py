@@ -1,20 +1,21 @@
 """One LightningModule for every classification experiment (bags, reviews, question pairs).
 
-A batch is a dict: `labels` (B,) plus the model's keyword inputs. The model returns logits, or
-(logits, attention) when called with `return_attention=True`.
+A batch is a dict: `labels` (B,) plus the model's keyword inputs. The model returns a
+`ModelOutput` (logits, and attention when called with `return_attention=True`).
 """
 
-import inspect
 from collections.abc import Callable
 
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torchmetrics import MetricCollection
 
 from attnexp.errors import ConfigError
+from attnexp.models.output import ModelOutput
 from attnexp.tasks.metrics import ClassificationStats
-from attnexp.tasks.optim import param_groups
+from attnexp.tasks.optim import fused_setting, param_groups
 
 
 def split_batch(batch: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -63,85 +64,79 @@ class ClassificationTask(pl.LightningModule):
         self.test_set_names = list(test_set_names)
         # One confusion matrix (+ loss sum) per stage and test set: a cheap update every step,
         # accuracy / macro F1 / mean loss derived and logged once per epoch (see metrics.py).
-        self.train_stats = ClassificationStats(num_classes)
-        self.val_stats = ClassificationStats(num_classes)
-        self.test_stats = nn.ModuleList(
-            ClassificationStats(num_classes) for _ in range(1 + len(self.test_set_names))
+        stats = MetricCollection({"stats": ClassificationStats(num_classes)}, compute_groups=False)
+        self.train_metrics = stats.clone(prefix="train/")
+        # In the checkpoint: a run resumed from a mid-epoch checkpoint ends that epoch with the
+        # train/* an uninterrupted run has, not those of the batches after the interruption.
+        self.train_metrics.persistent(True)
+        self.val_metrics = stats.clone(prefix="val/")
+        # Dataloader 0 is the main test set; the extra ones log their accuracy as acc_<name>.
+        self.test_metrics = nn.ModuleList(
+            stats.clone(prefix="test/", postfix=f"_{name}" if name else "")
+            for name in ["", *self.test_set_names]
         )
         # What a run should know about its numbers (train/evaluate keep them in the record).
         self.notes: list[str] = []
 
-    def __setattr__(self, name: str, value: object) -> None:
-        # Lightning sets `_current_fx_name` (a hook's name, or None) before and after every hook
-        # it calls: ~44 times per training step. nn.Module.__setattr__ first checks a value against
-        # parameters, buffers and submodules (~2 us a call); a str or None always ends up a plain
-        # attribute, so it is set as one directly: ~0.09 ms less per step (bench_overhead.py's model).
-        if name == "_current_fx_name":
-            object.__setattr__(self, name, value)
-        else:
-            super().__setattr__(name, value)
-
-    def forward(self, **inputs: torch.Tensor) -> torch.Tensor:
+    def forward(self, **inputs: torch.Tensor) -> ModelOutput:
         return self.model(**inputs)
 
-    def _shared_step(self, batch: dict, stats: ClassificationStats) -> torch.Tensor:
+    def _metrics(self, stage: str, dataloader_idx: int = 0) -> MetricCollection:
+        return (
+            self.test_metrics[dataloader_idx]
+            if stage == "test"
+            else getattr(self, f"{stage}_metrics")
+        )
+
+    def _shared_step(self, batch: dict, stage: str, dataloader_idx: int = 0) -> torch.Tensor:
         inputs, labels = split_batch(batch)
-        logits = self.model(**inputs)
+        logits = self.model(**inputs).logits
         loss = F.cross_entropy(logits, labels)
-        stats.update(logits.detach(), labels, loss)
+        self._metrics(stage, dataloader_idx).update(logits.detach(), labels, loss)
+        if stage == "train":
+            self.log("train/loss_step", loss, prog_bar=True, batch_size=labels.shape[0])
         return loss
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        loss = self._shared_step(batch, self.train_stats)
-        # Only on the steps the logger writes (every trainer.log_every_n_steps): self.log costs
-        # more than the stats update.
-        connector = getattr(self._trainer, "_logger_connector", None)
-        if connector is None or connector.should_update_logs:
-            self.log("train/loss_step", loss, prog_bar=True, batch_size=batch["labels"].shape[0])
-        return loss
-
-    # Lightning reads training_step's signature on every step, to learn whether it takes
-    # `batch_idx` (inspect.getfullargspec: ~28 us). A function's `__signature__` is returned as it
-    # is, so the signature is read once, here: ~5 us a step.
-    training_step.__signature__ = inspect.signature(training_step)
+        return self._shared_step(batch, "train")
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self._shared_step(batch, self.val_stats)
+        self._shared_step(batch, "val")
 
     def test_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._shared_step(batch, self.test_stats[dataloader_idx])
+        self._shared_step(batch, "test", dataloader_idx)
 
     def on_train_epoch_end(self) -> None:
-        self._log_epoch("train", self.train_stats, {"loss": "loss_epoch"})
+        # The per-step loss is train/loss_step; the epoch's mean is train/loss_epoch.
+        self._log_epoch(self.train_metrics, "train", {"train/loss": "train/loss_epoch"})
 
     def on_validation_epoch_end(self) -> None:
-        self._log_epoch("val", self.val_stats)
+        self._log_epoch(self.val_metrics, "val")
 
     def on_test_epoch_end(self) -> None:
-        self._log_epoch("test", self.test_stats[0])
-        for name, stats in zip(self.test_set_names, self.test_stats[1:], strict=True):
-            self._log_epoch("test", stats, {"acc": f"acc_{name}"}, only=("acc",))
+        self._log_epoch(self.test_metrics[0], "test")
+        for name, metrics in zip(self.test_set_names, self.test_metrics[1:], strict=True):
+            self._log_epoch(metrics, "test", only=(f"test/acc_{name}",))
 
     def _log_epoch(
         self,
+        metrics: MetricCollection,
         stage: str,
-        stats: ClassificationStats,
         rename: dict[str, str] | None = None,
         only: tuple[str, ...] | None = None,
     ) -> None:
         """Log `<stage>/<acc|f1|loss>` from the epoch's stats (summed over all DDP processes by
         compute()), then reset them for the next epoch. Stats that saw no batch log nothing."""
+        stats = metrics["stats"]
         if stats.update_count == 0:
             return
         rename = rename or {}
         values = {
-            f"{stage}/{rename.get(k, k)}": v
-            for k, v in stats.compute().items()
-            if only is None or k in only
+            rename.get(k, k): v for k, v in metrics.compute().items() if only is None or k in only
         }
         if stage in ("val", "test"):
             self._note_one_class(stage, stats, [k for k in values if "/loss" not in k])
-        stats.reset()
+        metrics.reset()
         # The values are already global: sync_dist only averages identical numbers (and keeps
         # Lightning from warning about epoch-level logging under DDP).
         self.log_dict(values, prog_bar=stage == "val", sync_dist=True, add_dataloader_idx=False)
@@ -170,7 +165,9 @@ class ClassificationTask(pl.LightningModule):
         tried on before fit (train.check_resume_fits)."""
         groups = param_groups(self.model, self.weight_decay)
         try:
-            optimizer = self.optimizer_factory(groups)
+            optimizer = self.optimizer_factory(
+                groups, **fused_setting(self.optimizer_factory, groups)
+            )
         except (TypeError, ValueError) as err:  # torch's checks of its own arguments
             target = getattr(self.optimizer_factory, "func", self.optimizer_factory)
             raise ConfigError(

@@ -27,7 +27,7 @@ class ClassificationStats(Metric):
         self.num_classes = num_classes
         zeros = torch.zeros(num_classes, num_classes, dtype=torch.long)
         self.add_state("confusion", default=zeros, dist_reduce_fx="sum")  # [label, prediction]
-        # float32, like the MeanMetric this replaces (MPS has no float64).
+        # float32: MPS has no float64.
         self.add_state("loss_sum", default=torch.tensor(0.0), dist_reduce_fx="sum")
         self.add_state("loss_count", default=torch.tensor(0), dist_reduce_fx="sum")
 

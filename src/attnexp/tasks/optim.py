@@ -9,6 +9,24 @@ from torch.optim.lr_scheduler import LambdaLR
 from attnexp.errors import ConfigError
 
 DECAYS = ("linear", "cosine")
+# Optimizers with a fused CUDA kernel: one launch per step for all parameters, where the default
+# (foreach) launches a few per parameter group and dtype.
+FUSABLE = (torch.optim.Adam, torch.optim.AdamW)
+
+
+def fused_setting(optimizer_factory, groups: list[dict]) -> dict:
+    """{"fused": True} for Adam/AdamW over parameters all on CUDA, unless the config chose
+    (optimizer.fused=false, or a foreach setting); else {} (torch's own default)."""
+    target = getattr(optimizer_factory, "func", optimizer_factory)
+    chosen = getattr(optimizer_factory, "keywords", {})
+    if not (isinstance(target, type) and issubclass(target, FUSABLE)):
+        return {}
+    if chosen.get("fused") is not None or chosen.get("foreach") is not None:
+        return {}
+    params = [p for group in groups for p in group["params"]]
+    if params and all(p.is_cuda and p.is_floating_point() for p in params):
+        return {"fused": True}
+    return {}
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:

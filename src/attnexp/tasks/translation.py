@@ -30,7 +30,7 @@ BANNED = (PAD_ID, BOS_ID)  # never part of a translation: no decoder emits them
 
 class TranslationTask(pl.LightningModule):
     """Args:
-    model: an encoder-decoder with forward(src_ids, src_mask, tgt_in) -> Seq2SeqOutput and the
+    model: an encoder-decoder with forward(src_ids, src_mask, tgt_in) -> ModelOutput and the
         start/step interface of modules/decoding.py.
     num_classes: the target vocabulary size (from the DataModule; unused but checked).
     optimizer / scheduler / weight_decay: as ClassificationTask's.

@@ -1,0 +1,109 @@
+"""`python -m attnexp.predict ckpt_path=<ckpt, run dir or runs> text="..."`: classify, show attention.
+
+Works for any run whose data's input kind has a predictor that reads raw inputs
+(`attnexp.predictors`: tokens and pairs do; bags do not).
+The run's `.hydra/config.yaml` and saved artifacts (e.g. its tokenizer) rebuild the DataModule and
+the model without touching the dataset; the checkpoint's weights are loaded strictly.
+
+Inputs: the DataModule's raw fields as `key=value` arguments (`text=...`, or `text_a=... text_b=...`),
+taken verbatim (no Hydra quoting needed), or `texts_file=` with one example per line (fields
+tab-separated; a blank line gets a "no prediction" row). Output: one line per example (label,
+probability, notes), `predictions.jsonl` (with each example's tokens and attention weights, for a
+model with attention), and per-example attention figures (PNG + self-contained HTML) in `out_dir`:
+a new folder, never one holding an earlier prediction or inside a training run.
+The exit status is 2 when no input could be classified.
+
+`ckpt_path=<a folder of runs>` (a multirun dir, say) compares them: each completed run's best
+checkpoint reads the same inputs, its figures go to `<out_dir>/<run name>/` (a name's "/" as "__",
+"~2" after a name that comes out as an earlier run's), which must not exist yet (with figures=false
+none is made), so out_dir=<the folder of runs itself> is refused; every line of predictions.jsonl
+names its `run`, and `compare.html` shows, per example, each run's label and attention one under
+another.
+
+This module is the command line: `--help` and a key predict.yaml lacks are answered in a fraction
+of a second. torch and Lightning come with `attnexp.runner.predict`, imported once a prediction starts.
+"""
+
+import logging
+import sys
+
+from attnexp.cli.compose import compose_command_cfg
+from attnexp.cli.overrides import quote_equals_values
+from attnexp.errors import ConfigError
+from attnexp.runner.config import register_resolvers
+from attnexp.runner.load import check_ckpt_exists
+
+register_resolvers()
+
+RAW_KEYS = ("text", "text_a", "text_b")
+
+
+def split_args(argv: list[str], raw_keys: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
+    """Raw text arguments (`text=...`, taken verbatim) apart from Hydra overrides of predict.yaml."""
+    raw, overrides = {}, []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and key in raw_keys:
+            raw[key] = value
+        else:
+            overrides.append(arg)
+    return raw, overrides
+
+
+def format_result(result: dict) -> str:
+    shown = " | ".join(result["input"].values())
+    shown = shown if len(shown) <= 70 else shown[:67] + "..."
+    if result["problem"] is not None:
+        return f"-         (no prediction: {result['problem']})  {shown!r}"
+    lines = [f"{result['label']:<9} {result['probability']:.4f}  {shown!r}"]
+    lines += [f"          note: {n}" for n in result["notes"]]
+    lines += [f"          attention: {f}" for f in result["files"]]
+    return "\n".join(lines)
+
+
+def usage() -> str:
+    """--help: what predict does and its settings, as predict.yaml lists them."""
+    from importlib.resources import files
+
+    settings = files("attnexp.conf").joinpath("predict.yaml").read_text(encoding="utf-8")
+    return f"{(__doc__ or '').strip()}\n\nSettings (key=value; conf/predict.yaml):\n\n{settings}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="[%(levelname)s] %(name)s: %(message)s")
+    argv = sys.argv[1:] if argv is None else argv
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(usage())
+        return 0
+    flags = [arg for arg in argv if arg.startswith("-")]
+    if flags:  # Hydra's flags (--cfg, -m, ...) are not predict's: Hydra's lexer error said nothing
+        print(
+            f"error: predict takes key=value arguments only, not {flags[0]} (see python -m "
+            f"attnexp.predict --help)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        raw, overrides = split_args(argv, RAW_KEYS)
+        cfg = compose_command_cfg("predict", quote_equals_values(overrides))
+        check_ckpt_exists(cfg)
+        from attnexp.runner.predict import predict  # torch and Lightning: not for --help or a typo
+
+        results = predict(cfg, raw)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    run = None
+    for result in results:
+        if result.get("run", run) != run:  # a folder of runs: each run's lines under its name
+            run = result["run"]
+            print(f"run {run}:")
+        print(format_result(result))
+    if all(r["problem"] is not None for r in results):
+        print("error: no input could be classified (why: 'no prediction' above)", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cli() -> None:
+    sys.exit(main())
