@@ -327,9 +327,13 @@ def run(cfg: DictConfig) -> dict[str, float]:
 
 def disk_full(err: BaseException, run_dir: Path) -> ConfigError | None:
     """A write that found no space left (anywhere in `err`'s chain), said in one paragraph."""
-    while err is not None and not (isinstance(err, OSError) and err.errno == errno.ENOSPC):
+    seen = set()  # a chain may loop back on itself
+    while err is not None and id(err) not in seen:
+        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+            break
+        seen.add(id(err))
         err = err.__cause__ or err.__context__
-    if err is None:
+    else:
         return None
     usage = shutil.disk_usage(run_dir)
     then = (
