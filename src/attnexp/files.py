@@ -2,6 +2,7 @@
 
 import itertools
 import os
+import pathlib
 import pickle
 from collections.abc import Callable
 from pathlib import Path
@@ -10,11 +11,30 @@ from pathlib import Path
 TORCH_LOAD_ERRORS = (OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError)
 
 
-def checkpoint_value(path: Path | str, key: str):
-    """One top-level entry of a Lightning checkpoint ("epoch", "global_step", ...), memory-mapped:
-    reads little of a large file. Raises one of TORCH_LOAD_ERRORS for a broken file."""
+# What a checkpoint may hold besides tensors and plain values, for torch's weights-only loader:
+# inert types that run no code when rebuilt (a Path among Lightning's hyperparameters).
+SAFE_GLOBALS = (
+    pathlib.PosixPath,
+    pathlib.PurePosixPath,
+    pathlib.WindowsPath,
+    pathlib.PureWindowsPath,
+)
+
+
+def allow_checkpoint_globals() -> None:
+    """Lets every weights-only load (ours and Lightning's) rebuild SAFE_GLOBALS."""
     import torch  # not at import: this module also serves the light commands
 
+    torch.serialization.add_safe_globals(list(SAFE_GLOBALS))
+
+
+def checkpoint_value(path: Path | str, key: str):
+    """One top-level entry of a Lightning checkpoint ("epoch", "global_step", ...), memory-mapped
+    and weights-only: reads little of a large file, runs none of its code. Raises one of
+    TORCH_LOAD_ERRORS for a broken file."""
+    import torch
+
+    allow_checkpoint_globals()
     return torch.load(path, map_location="cpu", weights_only=True, mmap=True)[key]
 
 

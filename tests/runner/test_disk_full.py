@@ -35,3 +35,15 @@ def test_a_full_disk_ends_the_run_cleanly(tmp_path, tiny_disk):
     assert record["status"] == "failed" and "no space left" in record["error"]
     for ckpt in run_dir.rglob("*ckpt*"):  # whatever is there under a name is whole
         torch.load(ckpt, weights_only=True)
+
+
+def test_disk_full_reads_any_chain_of_causes(tmp_path):
+    from attnexp.runner.train import disk_full
+
+    first, second = ValueError("a"), RuntimeError("b")
+    first.__context__, second.__context__ = second, first  # a chain that loops back
+    assert disk_full(first, tmp_path) is None
+    full = OSError(28, "No space left on device", "x.ckpt")
+    wrapped = RuntimeError("saving failed")
+    wrapped.__cause__ = full
+    assert "no space left on the disk holding" in str(disk_full(wrapped, tmp_path))

@@ -19,7 +19,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from attnexp.errors import ConfigError, message_lines, require_seed
-from attnexp.files import TORCH_LOAD_ERRORS
+from attnexp.files import TORCH_LOAD_ERRORS, allow_checkpoint_globals
 from attnexp.runner.settings import SEED_KEYS
 from attnexp.runs.dirs import RUN_CONFIG, override_key, run_holding
 from attnexp.runs.record import LAST_CKPT, METRICS_FILE, read_record
@@ -243,6 +243,7 @@ def read_weights(ckpt: str | Path) -> dict:
     """A Lightning checkpoint's state dict, read without running any of its code."""
     import torch  # not at import: evaluate and predict check their command line without torch
 
+    allow_checkpoint_globals()
     try:
         return torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
     except TORCH_LOAD_ERRORS as err:

@@ -24,7 +24,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from attnexp.data.base import changed_splits
 from attnexp.errors import ConfigError, message_lines, spawned_refusal
-from attnexp.files import TORCH_LOAD_ERRORS, checkpoint_value
+from attnexp.files import TORCH_LOAD_ERRORS, allow_checkpoint_globals, checkpoint_value
 from attnexp.runner.build import build, check_data_dir, resolved_data_dir
 from attnexp.runner.config import register_resolvers
 from attnexp.runner.threads import set_threads
@@ -81,6 +81,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     if cfg.seed is None:
         draw_seed(cfg, record)
     pl.seed_everything(cfg.seed, workers=True)
+    allow_checkpoint_globals()  # Lightning's weights-only loads of resume and test
     choices = dict(HydraConfig.get().runtime.choices)
     overrides = list(HydraConfig.get().overrides.task)
     check_strategy(cfg.trainer.get("strategy"), HydraConfig.get().mode == RunMode.MULTIRUN)
@@ -331,9 +332,13 @@ def run(cfg: DictConfig) -> dict[str, float]:
 
 def disk_full(err: BaseException, run_dir: Path) -> ConfigError | None:
     """A write that found no space left (anywhere in `err`'s chain), said in one paragraph."""
-    while err is not None and not (isinstance(err, OSError) and err.errno == errno.ENOSPC):
+    seen = set()  # a chain may loop back on itself
+    while err is not None and id(err) not in seen:
+        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+            break
+        seen.add(id(err))
         err = err.__cause__ or err.__context__
-    if err is None:
+    else:
         return None
     usage = shutil.disk_usage(run_dir)
     then = (
