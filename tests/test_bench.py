@@ -132,7 +132,7 @@ def bench_importable(monkeypatch):
 @pytest.mark.usefixtures("bench_importable")
 def test_the_bag_bench_trains_a_runs_model(compose_cfg):
     """It built context attention without the book's head (no BatchNorm on the pooled vector),
-    which a run of model=bag_attn has had since session 11."""
+    which a run of model=bag_attn has."""
     from bench_bag_mnist import make_model
 
     from attnexp.data.bag_mnist import BagMNISTDataModule

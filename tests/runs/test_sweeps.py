@@ -181,7 +181,7 @@ def test_bag_table_rows_compose(compose_cfg, variant, target, backbone, attentio
     ]
 
 
-# The per-row commands of the tuned bag table (docs/RESULTS.md): bag_attn's defaults.
+# The per-row commands of the tuned bag table (docs/results.md): bag_attn's defaults.
 TUNED_ROWS = {
     "simple": ["model=bag_attn", "model.attention=simple", "model.pooled_norm=false"],
     "dot": ["model=bag_attn", "scorer=dot"],

@@ -68,7 +68,7 @@ class ScaledDotScorer(DotScorer):
     Args:
         learn_scale: learn the scale, started at 1 / sqrt(d) (kept as its log, so it stays
             positive): the softmax may then grow sharper than the fixed scale lets it. On bags
-            of digits the fixed scale leaves the attention almost uniform (docs/RESULTS.md).
+            of digits the fixed scale leaves the attention almost uniform (docs/results.md).
     """
 
     def __init__(self, key_dim: int, query_dim: int, learn_scale: bool = False) -> None:
