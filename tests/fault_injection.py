@@ -53,7 +53,7 @@ POINTS = [
     ("on_train_batch_end", 9),
     ("on_validation_batch_end", 7),
     ("on_train_batch_end", 13),
-    ("on_save_checkpoint", 9),
+    ("on_save_checkpoint", 7),
     ("on_validation_end", 6),
     ("on_train_end", 1),
     ("on_test_start", 1),
