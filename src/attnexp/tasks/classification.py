@@ -15,7 +15,7 @@ from torchmetrics import MetricCollection
 from attnexp.errors import ConfigError
 from attnexp.models.output import ModelOutput
 from attnexp.tasks.metrics import ClassificationStats
-from attnexp.tasks.optim import fused_setting, param_groups
+from attnexp.tasks.optim import build_optimizer, with_schedule
 
 
 def split_batch(batch: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -163,27 +163,7 @@ class ClassificationTask(pl.LightningModule):
     def build_optimizer(self) -> torch.optim.Optimizer:
         """The optimizer over `param_groups`: also what a resumed run's saved optimizer state is
         tried on before fit (train.check_resume_fits)."""
-        groups = param_groups(self.model, self.weight_decay)
-        try:
-            optimizer = self.optimizer_factory(
-                groups, **fused_setting(self.optimizer_factory, groups)
-            )
-        except (TypeError, ValueError) as err:  # torch's checks of its own arguments
-            target = getattr(self.optimizer_factory, "func", self.optimizer_factory)
-            raise ConfigError(
-                f"optimizer: {getattr(target, '__name__', target)} refuses its settings: {err} "
-                f"(set optimizer.<that setting>=...)"
-            ) from err
-        return optimizer
+        return build_optimizer(self.optimizer_factory, self.model, self.weight_decay)
 
     def configure_optimizers(self):
-        optimizer = self.build_optimizer()
-        if self.scheduler_factory is None:
-            return optimizer
-        scheduler = self.scheduler_factory(
-            optimizer, num_training_steps=int(self.trainer.estimated_stepping_batches)
-        )
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
-        }
+        return with_schedule(self.build_optimizer(), self.scheduler_factory, self.trainer)

@@ -71,3 +71,28 @@ def linear_warmup_decay(
         return 1.0 - progress if decay == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return LambdaLR(optimizer, factor)
+
+
+def build_optimizer(optimizer_factory, model, weight_decay: float) -> torch.optim.Optimizer:
+    """`optimizer_factory` over `param_groups(model, weight_decay)` (fused on CUDA unless the
+    config chose), with torch's refusal of its own arguments said as the setting to change."""
+    groups = param_groups(model, weight_decay)
+    try:
+        return optimizer_factory(groups, **fused_setting(optimizer_factory, groups))
+    except (TypeError, ValueError) as err:  # torch's checks of its own arguments
+        target = getattr(optimizer_factory, "func", optimizer_factory)
+        raise ConfigError(
+            f"optimizer: {getattr(target, '__name__', target)} refuses its settings: {err} "
+            f"(set optimizer.<that setting>=...)"
+        ) from err
+
+
+def with_schedule(optimizer: torch.optim.Optimizer, scheduler_factory, trainer):
+    """What a task's configure_optimizers returns: the optimizer, and its schedule stepped every
+    optimizer step when one is configured (over the run's estimated number of steps)."""
+    if scheduler_factory is None:
+        return optimizer
+    scheduler = scheduler_factory(
+        optimizer, num_training_steps=int(trainer.estimated_stepping_batches)
+    )
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -20,7 +20,7 @@ from attnexp.data.text import PAD_ID
 from attnexp.data.translation_text import BOS_ID, EOS_ID, words
 from attnexp.errors import ConfigError, require_positive
 from attnexp.modules.decoding import beam_search, greedy_decode
-from attnexp.tasks.optim import param_groups
+from attnexp.tasks.optim import build_optimizer, with_schedule
 from attnexp.tasks.translation_metrics import d2l_bleu, sacrebleu_scores
 
 log = logging.getLogger(__name__)
@@ -270,21 +270,7 @@ class TranslationTask(pl.LightningModule):
 
     # ------------------------------------------------------------------ optimiser
     def build_optimizer(self) -> torch.optim.Optimizer:
-        try:
-            return self.optimizer_factory(param_groups(self.model, self.weight_decay))
-        except (TypeError, ValueError) as err:
-            raise ConfigError(
-                f"optimizer refuses its settings: {err} (set optimizer.<that setting>=...)"
-            ) from err
+        return build_optimizer(self.optimizer_factory, self.model, self.weight_decay)
 
     def configure_optimizers(self):
-        optimizer = self.build_optimizer()
-        if self.scheduler_factory is None:
-            return optimizer
-        scheduler = self.scheduler_factory(
-            optimizer, num_training_steps=int(self.trainer.estimated_stepping_batches)
-        )
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
-        }
+        return with_schedule(self.build_optimizer(), self.scheduler_factory, self.trainer)
