@@ -19,7 +19,8 @@ from attnexp.data.base import AttnDataModule, data_hash, fingerprint
 from attnexp.data.batching import bucketed_loader, pad_sequences
 from attnexp.data.text import (
     PAD_ID,
-    default_cache_dir,
+    cache_folder,
+    cached,
     load_tokenizer,
     texts_hash,
     tokenizer_hash,
@@ -37,7 +38,6 @@ from attnexp.data.translation_text import (
     words,
 )
 from attnexp.errors import ConfigError, require_bool, require_non_negative, require_positive
-from attnexp.files import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ class TranslationDataModule(AttnDataModule):
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.val_bleu_sources, self.pool_batches = val_bleu_sources, pool_batches
         self.tokenizer_path = tokenizer_path
-        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+        self.cache_folder = cache_folder(cache_dir, "translation")
         self.seed, self.num_workers = seed, num_workers
         self.tokenizers: dict[str, Tokenizer] = {}
         self.splits: dict[str, PairSplit] = {}
@@ -245,21 +245,22 @@ class TranslationDataModule(AttnDataModule):
     def _encode(self, side: str, texts: list[str]) -> list[list[int]]:
         """Token ids, cached under a hash of the tokenizer and the texts."""
         tokenizer = self.tokenizers[side]
-        path = self.cache_dir / "translation" / f"{texts_hash(texts, tokenizer_hash(tokenizer))}.pt"
-        if path.is_file():
-            try:
-                flat = torch.load(path, weights_only=True)
-                return [t.tolist() for t in flat["ids"].split(flat["lengths"].tolist())]
-            except (RuntimeError, OSError, KeyError, EOFError) as err:
-                log.warning("encoding again: the cached ids %s are broken (%s)", path, err)
-        ids = encode_sentences(tokenizer, texts)
-        flat = {
-            "ids": torch.tensor([i for row in ids for i in row], dtype=torch.int32),
-            "lengths": torch.tensor([len(row) for row in ids], dtype=torch.long),
-        }
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(path, lambda partial: torch.save(flat, partial))
-        return ids
+
+        def encode() -> dict[str, torch.Tensor]:
+            ids = encode_sentences(tokenizer, texts)
+            return {
+                "ids": torch.tensor([i for row in ids for i in row], dtype=torch.int32),
+                "lengths": torch.tensor([len(row) for row in ids], dtype=torch.long),
+            }
+
+        flat = cached(
+            self.cache_folder / f"{texts_hash(texts, tokenizer_hash(tokenizer))}.pt",
+            encode,
+            lambda file: torch.load(file, weights_only=True),
+            lambda value, file: torch.save(value, file),
+            f"{side} token ids",
+        )
+        return [t.tolist() for t in flat["ids"].split(flat["lengths"].tolist())]
 
     # ------------------------------------------------------------------ artifacts
     def save_artifacts(self, run_dir: str) -> None:
