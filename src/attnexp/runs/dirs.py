@@ -59,6 +59,13 @@ def new_run_name(overrides: list[str] = ()) -> str:
     return f"{stamp}_{label}" if label else stamp
 
 
+def short_setting(line: str) -> str:
+    """`+experiment/bag=mlp` -> `bag=mlp`: an override as a run's or job's name shows it."""
+    key, _, value = line.lstrip("+~").partition("=")
+    key = key.rsplit("/", 1)[-1]
+    return f"{key}={value}".replace("/", "_")
+
+
 # Settings that say where a run's files go or how it shows progress, not what it computes.
 UNLABELLED = ("paths.", "hydra.", "resume", "trainer.enable_progress_bar", "data.num_workers")
 MAX_LABEL = 96
@@ -72,8 +79,9 @@ def run_label(overrides: list[str]) -> str:
         key = override_key(line)
         if key.startswith(UNLABELLED):
             continue
-        name = key.rsplit("/", 1)[-1]
-        parts.append(f"no-{name}" if line.startswith("~") else f"{name}={line.partition('=')[2]}")
+        parts.append(
+            f"no-{key.rsplit('/', 1)[-1]}" if line.startswith("~") else short_setting(line)
+        )
     label = re.sub(r"[^\w=,.\-+]", "_", ",".join(parts))
     if len(label) > MAX_LABEL:
         digest = hashlib.sha1(label.encode()).hexdigest()[:8]

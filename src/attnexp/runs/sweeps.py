@@ -27,6 +27,7 @@ from attnexp.runs.dirs import (
     holds_run,
     override_key,
     run_holding,
+    short_setting,
 )
 from attnexp.runs.record import METRICS_FILE, read_record
 
@@ -63,12 +64,6 @@ def swept_keys(sweep_dir: str | Path) -> set[str] | None:
     return {o.key_or_group for o in [*given, *from_params] if o.is_sweep_override()}
 
 
-def _short(line: str) -> str:
-    key, _, value = line.lstrip("+~").partition("=")
-    key = key.rsplit("/", 1)[-1]  # experiment/bag=mlp -> bag=mlp
-    return f"{key}={value}".replace("/", "_")
-
-
 def sweep_subdir(num: int, sweep_dir: str, overrides: list[str], fallback: str) -> str:
     """`<job num>_<swept overrides>`, e.g. `3_bag=dot,seed=1`; `fallback` if none are known."""
     keys = swept_keys(sweep_dir)
@@ -78,7 +73,7 @@ def sweep_subdir(num: int, sweep_dir: str, overrides: list[str], fallback: str) 
         for o in parser.parse_overrides(list(overrides))
         if keys and o.key_or_group in keys
     ]
-    name = ",".join(_short(line) for line in varied) if varied else fallback
+    name = ",".join(short_setting(line) for line in varied) if varied else fallback
     name = re.sub(r"[^\w=,.\-\[\]+:@]", "_", name)
     if len(name) > MAX_NAME:
         digest = hashlib.sha1(name.encode()).hexdigest()[:8]
