@@ -1,6 +1,7 @@
 """Optimiser parameter groups and learning-rate schedules."""
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -87,12 +88,13 @@ def build_optimizer(optimizer_factory, model, weight_decay: float) -> torch.opti
         ) from err
 
 
-def with_schedule(optimizer: torch.optim.Optimizer, scheduler_factory, trainer):
+def with_schedule(
+    optimizer: torch.optim.Optimizer, scheduler_factory, total_steps: Callable[[], int]
+):
     """What a task's configure_optimizers returns: the optimizer, and its schedule stepped every
-    optimizer step when one is configured (over the run's estimated number of steps)."""
+    optimizer step when one is configured, over `total_steps()` (asked for only then: it needs
+    the Trainer)."""
     if scheduler_factory is None:
         return optimizer
-    scheduler = scheduler_factory(
-        optimizer, num_training_steps=int(trainer.estimated_stepping_batches)
-    )
+    scheduler = scheduler_factory(optimizer, num_training_steps=int(total_steps()))
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

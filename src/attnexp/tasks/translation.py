@@ -273,4 +273,8 @@ class TranslationTask(pl.LightningModule):
         return build_optimizer(self.optimizer_factory, self.model, self.weight_decay)
 
     def configure_optimizers(self):
-        return with_schedule(self.build_optimizer(), self.scheduler_factory, self.trainer)
+        return with_schedule(
+            self.build_optimizer(),
+            self.scheduler_factory,
+            lambda: self.trainer.estimated_stepping_batches,
+        )
