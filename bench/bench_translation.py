@@ -12,8 +12,8 @@ Decoding: the distinct test sources of the first `--decode-batches` test batches
 penalty 0.6) by the model as initialised (seed 0). Untrained, it rarely emits EOS, so both ways
 run `--max-len` steps (the recipe's `decode.max_len`): the cost of translations of that length,
 where a trained model stops at EOS sooner (a few training batches teach it to stop at once, which
-would time nothing). The two take turns each round; reported: median sentences/s and the mean
-output length.
+would time nothing). The two take turns in `--decode-rounds` rounds; reported: median
+sentences/s and the mean output length.
 
     python bench/bench_translation.py                          # embedded fra-eng sample
     python bench/bench_translation.py --data-dir <data_dir>    # <data_dir>/fra-eng/fra.txt
@@ -132,7 +132,7 @@ def decoding_speed(model: Seq2Seq, batches: list[tuple], args: argparse.Namespac
     rates: dict[str, list[float]] = {name: [] for name in names}
     lengths: dict[str, float] = {}
     sentences = sum(len(ids) for ids, _ in batches)
-    for round_ in range(args.rounds):
+    for round_ in range(args.decode_rounds):
         for name in names if round_ % 2 == 0 else names[::-1]:
             start = benchkit.clock(args.device)
             with benchkit.autocast(args):
@@ -159,7 +159,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=128, help="training pairs per batch")
     parser.add_argument("--cell", default="gru", choices=["gru", "lstm"])
     parser.add_argument("--hidden", type=int, default=128, help="embedding and hidden size")
-    parser.add_argument("--decode-batches", type=int, default=4, help="test batches decoded")
+    parser.add_argument("--decode-batches", type=int, default=2, help="test batches decoded")
+    parser.add_argument("--decode-rounds", type=int, default=3, help="greedy/beam turns")
     parser.add_argument("--decode-batch-size", type=int, default=256, help="pairs per test batch")
     parser.add_argument("--beam-size", type=int, default=5)
     parser.add_argument("--max-len", type=int, default=20, help="longest translation, in tokens")

@@ -84,7 +84,7 @@ def test_bench_lcqmc(tmp_path, monkeypatch, flags):
 def test_bench_translation(tmp_path, monkeypatch, flags):
     result = run_bench(
         "bench_translation.py", monkeypatch, tmp_path / "bench.json",
-        "--batch-size", "16", "--hidden", "16", "--decode-batches", "1",
+        "--batch-size", "16", "--hidden", "16", "--decode-batches", "1", "--decode-rounds", "2",
         "--decode-batch-size", "32", "--max-len", "5", "--cache-dir", str(tmp_path / "cache"),
         "--threads", "1", *flags,
     )  # fmt: skip
@@ -95,7 +95,7 @@ def test_bench_translation(tmp_path, monkeypatch, flags):
     assert 0 < decoding["sentences"] <= 32 and decoding["max_len"] == 5
     for way in ("greedy", "beam5"):
         assert decoding[f"{way}_sentences_per_s"] > 0
-        assert len(decoding[f"{way}_sentences_per_s_rounds"]) == 2
+        assert len(decoding[f"{way}_sentences_per_s_rounds"]) == 2  # --decode-rounds
         assert 0 <= decoding[f"{way}_mean_tokens"] < 5  # EOS ends every translation by max_len
 
 

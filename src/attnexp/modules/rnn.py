@@ -18,7 +18,9 @@ cuDNN never picks its persistent small-hidden kernels for packed input. Here ins
   gate's to +HOLD. There the sigmoids round to exactly 0 and 1, so c_t = 1 * c_{t-1} + 0 * g and
   the c returned after the padding is exactly the c at the true length; their derivatives are
   exactly 0, so no gradient flows through the padding steps. On real steps the feature is 0 and
-  changes nothing.
+  changes nothing (on CPU the outputs are bitwise those without it). The alternatives: a Python
+  loop of cell steps that keeps the state on padding is exact too, but launches T steps per layer
+  instead of one fused call; packing only for the LSTM would keep its sync.
 """
 
 from typing import NamedTuple
