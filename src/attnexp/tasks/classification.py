@@ -107,11 +107,9 @@ class ClassificationTask(pl.LightningModule):
             self._train_metrics_epoch = self.current_epoch
         return self._shared_step(batch, "train")
 
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["train_metrics_epoch"] = self._train_metrics_epoch
-
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        self._train_metrics_epoch = checkpoint.get("train_metrics_epoch")
+        # The train metrics in a checkpoint hold batches of the epoch it was written in.
+        self._train_metrics_epoch = checkpoint.get("epoch")
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self._shared_step(batch, "val")
