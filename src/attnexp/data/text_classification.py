@@ -375,6 +375,7 @@ class TextClassificationDataModule(AttnDataModule):
             collate_fn=collate_tokens,
             num_workers=self.num_workers,
             pool_batches=self.pool_batches,
+            pin_memory=self.pins_memory(),
         )
 
     def train_dataloader(self) -> DataLoader:
