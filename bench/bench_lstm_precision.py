@@ -7,8 +7,9 @@
 One sweep of real runs (`python -m attnexp -m ...`, one job after the other in one process):
 `experiment=imdb/tuned` (model=lstm_attn's defaults: BiLSTM + additive attention, 600 tokens,
 cosine schedule) cut to --warmup + --steps optimizer steps, every precision x every seed. On the
-embedded sample (1,600 training reviews: ~11 batches an epoch) the dev set is checked once per
-epoch instead of four times; with --data-dir, the full IMDB as the recipe reads it.
+embedded sample (1,600 training reviews: ~11 batches an epoch) the dev set is checked every 44
+batches, as often as the recipe checks it on the full set; with --data-dir, the full IMDB as the
+recipe reads it.
 
 Reported per precision: ms per training step (median over the seeds of each job's training
 window, sweepkit.TrainWindow: validation and checkpoints left out), the test accuracy of each
@@ -24,18 +25,22 @@ import time
 from pathlib import Path
 
 import sweepkit
+from bench_parallel_jobs import every_44_batches
 
 from attnexp.runner.threads import available_cores
 
 
 def overrides(args) -> list[str]:
+    batches = args.warmup + args.steps
+    # the sample's epoch is ~11 batches: the dev set checked every 44, as the recipe checks the
+    # full set's (4 times an epoch of 176)
     data = [f"paths.data_dir={args.data_dir}"] if args.data_dir else ["data.source=sample",
-            "trainer.val_check_interval=1.0"]  # fmt: skip
+            *every_44_batches(batches)]  # fmt: skip
     device = ["trainer=gpu"] if args.device == "cuda" else []
     return [
         "experiment=imdb/tuned", *device, f"trainer.precision={args.precisions}",
         "seed=" + ",".join(str(s) for s in range(args.seeds)), "trainer.max_epochs=1000",
-        f"trainer.max_steps={args.warmup + args.steps}", *data,
+        f"trainer.max_steps={batches}", *data,
         *sweepkit.device_overrides(args.device, available_cores()), *args.extra,
     ]  # fmt: skip
 
