@@ -99,41 +99,60 @@ def one_at_a_time_rows(name: str, sweep: dict, counts: list[int]) -> list[dict]:
     return rows
 
 
-def bench_workload(name: str, args, folder: Path, started: float) -> list[dict]:
+def time_left(args, started: float) -> float | None:
+    """Seconds of --budget-s left (None: no budget)."""
+    return None if not args.budget_s else args.budget_s - (time.perf_counter() - started)
+
+
+def sweep_timeout(args, started: float) -> float:
+    """A sweep ends by --budget-s (its finished jobs still count), or by --timeout-s."""
+    left = time_left(args, started)
+    return args.timeout_s if left is None else max(30.0, min(args.timeout_s, left))
+
+
+def bench_workload(name: str, args, folder: Path, started: float, rows: list, save) -> None:
+    """Appends the workload's rows to `rows`, calling `save()` after each sweep (a kill from
+    outside keeps what was measured)."""
     cores = available_cores()
     common = [*workload_overrides(name, args)]
     counts = sorted(set(args.jobs))
+    skipped = {"error": "skipped: budget"}
+    if (time_left(args, started) or 1) <= 0:
+        rows += [{"workload": name, "launcher": "one at a time", "K": k, **skipped} for k in counts]
+        return
     sweep_dir = folder / f"{name}-one-at-a-time"
     sequential = sweepkit.run_sweep(
         [seeds(max(counts)), *common, *sweepkit.device_overrides(args.device, cores)],
-        sweep_dir, args.warmup, args.timeout_s, folder / f"{sweep_dir.name}.log",
+        sweep_dir, args.warmup, sweep_timeout(args, started), folder / f"{sweep_dir.name}.log",
     )  # fmt: skip
-    rows = one_at_a_time_rows(name, sequential, sorted({1, *counts}))
+    alone = one_at_a_time_rows(name, sequential, sorted({1, *counts}))
     if sequential["returncode"]:
-        rows[-1]["error"] = f"exit {sequential['returncode']}: {sequential['output_tail']}"
+        alone[-1]["error"] = f"exit {sequential['returncode']}: {sequential['output_tail']}"
+    rows += alone
+    save()
     for count in sorted(counts, reverse=True):  # the largest first: the one most asked for
-        if args.budget_s and time.perf_counter() - started > args.budget_s:
-            rows.append({"workload": name, "launcher": "parallel", "K": count,
-                         "error": "skipped: budget"})  # fmt: skip
+        if (time_left(args, started) or 1) <= 0:
+            rows.append({"workload": name, "launcher": "parallel", "K": count, **skipped})
             continue
         sweep_dir = folder / f"{name}-parallel-{count}"
         launcher = ["hydra/launcher=parallel", f"hydra.launcher.n_jobs={count}"]
         threads = max(1, cores // count)
         parallel = sweepkit.run_sweep(
             [*launcher, seeds(count), *common, *sweepkit.device_overrides(args.device, threads)],
-            sweep_dir, args.warmup, args.timeout_s, folder / f"{sweep_dir.name}.log",
+            sweep_dir, args.warmup, sweep_timeout(args, started), folder / f"{sweep_dir.name}.log",
         )  # fmt: skip
         row = {"workload": name, "launcher": "parallel", "K": count, "threads_per_job": threads,
                **summarize(parallel["jobs"], parallel["wall_s"], at_once=True)}  # fmt: skip
         if parallel["returncode"]:
             row["error"] = f"exit {parallel['returncode']}: {parallel['output_tail']}"
-        alone = next(r for r in rows if r["launcher"] == "one at a time" and r["K"] == count)
-        row["speedup_wall"] = round(alone["wall_s"] / row["wall_s"], 2)
-        if "aggregate_per_s" in row and "aggregate_per_s" in alone:
-            row["speedup_aggregate"] = round(row["aggregate_per_s"] / alone["aggregate_per_s"], 2)
+        one = next(r for r in alone if r["K"] == count)
+        if "error" not in one and "error" not in row:
+            row["speedup_wall"] = round(one["wall_s"] / row["wall_s"], 2)
+        if "aggregate_per_s" in row and "aggregate_per_s" in one:
+            row["speedup_aggregate"] = round(row["aggregate_per_s"] / one["aggregate_per_s"], 2)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    return rows
+        save()
 
 
 def markdown(rows: list[dict], device: str, args) -> str:
@@ -194,20 +213,24 @@ def main() -> None:
     folder = Path(args.keep or tempfile.mkdtemp(prefix="parallel-jobs-"))
     folder.mkdir(parents=True, exist_ok=True)
     started, rows = time.perf_counter(), []
+
+    def save() -> str:
+        result = {
+            "device": device, "cores": available_cores(), "warmup": args.warmup,
+            "steps": args.steps, "batch_size": args.batch_size, "rows": rows,
+            "data": args.data_dir or "embedded samples", "sweeps": str(folder),
+            "wall_s": round(time.perf_counter() - started, 1),
+        }  # fmt: skip
+        table = markdown(rows, device, args)
+        if args.out:
+            Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        if args.table:
+            Path(args.table).write_text(table)
+        return table
+
     for name in args.workloads.split(","):
-        rows += bench_workload(name, args, folder, started)
-    result = {
-        "device": device, "cores": available_cores(), "warmup": args.warmup,
-        "steps": args.steps, "batch_size": args.batch_size, "rows": rows,
-        "data": args.data_dir or "embedded samples", "sweeps": str(folder),
-        "wall_s": round(time.perf_counter() - started, 1),
-    }  # fmt: skip
-    table = markdown(rows, device, args)
-    print(table)
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    if args.table:
-        Path(args.table).write_text(table)
+        bench_workload(name, args, folder, started, rows, save)
+    print(save())
 
 
 if __name__ == "__main__":

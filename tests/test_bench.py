@@ -286,3 +286,19 @@ def test_bench_text_staging(tmp_path, monkeypatch):
     assert result["data_source"] == "sample" and result["device"] == "CPU"
     assert all(len(rates) == 2 for rates in result["rounds"].values())
     assert result["pinned_per_s"] > 0 and result["pageable_per_s"] > 0
+
+
+def test_every_gpu_mode_is_documented():
+    """bench/run_gpu.sh's modes (its part_* functions) are the rows of the table that tells a
+    GPU session what to run (docs/benchmarks.md)."""
+    import re
+
+    script = (BENCH / "run_gpu.sh").read_text()
+    modes = set(re.findall(r"^part_(\w+)\(\) \{", script, flags=re.MULTILINE))
+    docs = (BENCH.parent / "docs" / "benchmarks.md").read_text()
+    section = docs[docs.index("### What a GPU session runs") :]
+    section = section[: section.index("\n### ", 1)]
+    documented = set(re.findall(r"^\| `(\w+)`", section, flags=re.MULTILINE))
+    assert modes == documented
+    for mode in modes:
+        assert re.search(rf"^# {mode}:", script, flags=re.MULTILINE), mode  # the script's header
