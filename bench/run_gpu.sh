@@ -17,7 +17,8 @@
 # imdb:  the chapter table's four rows (seed 0) with trainer=gpu, then the tuned recipe.
 # all:   newtests, staging (2 rounds), precision (250 steps, <= 150 s), then jobs in the time
 #        left (ALL_BUDGET_S, 450 s: with the setup, under 8 min on an H100).
-# newtests:  the gpu tests of pinned text batches (OUT/tests_new.log).
+# newtests:  the gpu tests of pinned text batches, of fp16 with gradient clipping and of two
+#            sweep jobs at once on the GPU (OUT/tests_new.log).
 # staging:   IMDB through the runner's DataModule, batches pinned against pageable
 #            (bench/bench_text_staging.py; OUT/text_staging.json), ~30 s.
 # precision: the tuned IMDB recipe cut to 300 steps in 32-true, bf16-mixed and 16-mixed x 3
@@ -118,8 +119,9 @@ part_bench() {
 }
 
 part_newtests() {
-    say "gpu tests of pinned text batches"
-    timeout 90 $PY -m pytest -q -m gpu -p no:cacheprovider tests/data/test_pinned_batches.py \
+    say "gpu tests of pinned text batches, fp16 with clipping, two sweep jobs on the GPU"
+    timeout 120 $PY -m pytest -q -m gpu -p no:cacheprovider tests/data/test_pinned_batches.py \
+        tests/tasks/test_fused_with_scaled_clipping.py tests/runs/test_parallel_jobs.py \
         2>&1 | tee "$OUT/tests_new.log" | tail -3
 }
 

@@ -6,6 +6,7 @@ import importlib.util
 import json
 
 import pytest
+import torch
 from cli_helpers import TINY, run_cli
 
 from attnexp.runs import report
@@ -17,16 +18,27 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def test_two_jobs_at_once_each_keep_their_own_run(tmp_path):
+ON_GPU = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")]
+
+
+@pytest.mark.parametrize("accelerator", ["cpu", pytest.param("gpu", marks=ON_GPU)])
+def test_two_jobs_at_once_each_keep_their_own_run(tmp_path, accelerator):
+    """On a GPU the two jobs share the device, each with its own CUDA context."""
     sweep = tmp_path / "sweep"
     launcher = ["hydra/launcher=parallel", "hydra.launcher.n_jobs=2"]
-    result = run_cli(tmp_path, "-m", *launcher, "seed=0,1", *TINY, f"hydra.sweep.dir={sweep}")
+    device = [f"trainer.accelerator={accelerator}"]
+    result = run_cli(
+        tmp_path, "-m", *launcher, "seed=0,1", *TINY, *device, f"hydra.sweep.dir={sweep}"
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
     assert [job.name for job in jobs] == ["0_seed=0", "1_seed=1"]
     records = [json.loads((job / "metrics.json").read_text()) for job in jobs]
     assert [r["status"] for r in records] == ["completed", "completed"]
     assert [r["seed"] for r in records] == [0, 1]
+    assert {r["device"].split(":")[0] for r in records} == {
+        "cpu" if accelerator == "cpu" else "cuda"
+    }
     assert records[0]["pid"] != records[1]["pid"]  # two worker processes, not one after the other
     for job, other in (jobs, jobs[::-1]):
         log = (job / "train.log").read_text()
