@@ -32,7 +32,7 @@ def fit(dm: IMDBDataModule, pinned: bool, args) -> float:
     model = LSTMAttention(dm.model_kwargs["vocab_size"], 2, scorer=DotScorer, embed_dim=128,
                           hidden_size=128)  # fmt: skip
     task = ClassificationTask(model, 2, functools.partial(torch.optim.Adam, lr=1e-3))
-    window = sweepkit.TrainWindow(args.warmup)
+    window = sweepkit.TrainWindow(args.warmup, write=False)
     trainer = benchkit.bench_trainer(
         window, accelerator=args.device, devices=1, max_epochs=-1,
         max_steps=args.warmup + args.steps,

@@ -37,8 +37,9 @@ class TrainWindow(pl.Callback):
     checkpoints and figures are out; `first_wall` / `last_wall` (time.time()) place the window
     among the other jobs' and `finished_wall` is when the job's last stage (test) ended."""
 
-    def __init__(self, warmup: int = 10) -> None:
+    def __init__(self, warmup: int = 10, write: bool = True) -> None:
         self.warmup, self.batches, self.samples, self.seconds = warmup, 0, 0, 0.0
+        self.write = write  # False: only read in the process (no run dir to write into)
         self.opened: float | None = None
         self.first_wall: float | None = None
         self.last_wall: float | None = None
@@ -61,6 +62,8 @@ class TrainWindow(pl.Callback):
     on_validation_start = on_train_epoch_end = on_train_end = close
 
     def teardown(self, trainer, pl_module, stage: str) -> None:
+        if not self.write:
+            return
         record = {
             "warmup": self.warmup, "batches": self.batches, "samples": self.samples,
             "seconds": self.seconds, "per_s": self.samples / self.seconds if self.seconds else None,

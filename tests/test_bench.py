@@ -277,6 +277,7 @@ def test_the_precision_verdict_takes_the_fastest_that_keeps_accuracy():
 
 
 def test_bench_text_staging(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where a Trainer without a root dir would write
     out = tmp_path / "staging.json"
     run_script(
         "bench_text_staging.py", monkeypatch, "--steps", "2", "--warmup", "1", "--rounds", "2",
@@ -286,6 +287,7 @@ def test_bench_text_staging(tmp_path, monkeypatch):
     assert result["data_source"] == "sample" and result["device"] == "CPU"
     assert all(len(rates) == 2 for rates in result["rounds"].values())
     assert result["pinned_per_s"] > 0 and result["pageable_per_s"] > 0
+    assert [p.name for p in tmp_path.iterdir()] == ["staging.json"]  # no stray files
 
 
 def test_every_gpu_mode_is_documented():
