@@ -51,10 +51,12 @@ environment() {
         ln -s ../../conf src/attnexp/conf && trap 'rm -f src/attnexp/conf' EXIT
     fi
     local pair module wheel missing=()
-    for pair in hydra:hydra_core omegaconf:omegaconf antlr4:antlr4_python3_runtime yaml:pyyaml \
-        datasets:datasets dill:dill multiprocess:multiprocess xxhash:xxhash pandas:pandas \
-        dateutil:python_dateutil tzdata:tzdata pytest:pytest pluggy:pluggy iniconfig:iniconfig \
-        pytorch_lightning:pytorch_lightning lightning_utilities:lightning_utilities; do
+    local pairs=(hydra:hydra_core omegaconf:omegaconf antlr4:antlr4_python3_runtime yaml:pyyaml
+        datasets:datasets dill:dill multiprocess:multiprocess xxhash:xxhash pandas:pandas
+        dateutil:python_dateutil tzdata:tzdata pytest:pytest pluggy:pluggy iniconfig:iniconfig
+        pytorch_lightning:pytorch_lightning lightning_utilities:lightning_utilities
+        hydra_plugins.hydra_joblib_launcher:hydra_joblib_launcher joblib:joblib)
+    for pair in "${pairs[@]}"; do
         module=${pair%%:*} wheel=${pair#*:}
         if ! $PY -c "import $module" 2>/dev/null; then
             missing+=(.whl/"$wheel"-*.whl)

@@ -5,7 +5,9 @@ Each job gets one extra callback, `TrainWindow` (`+callbacks.train_window=...`, 
 otherwise the run a user starts): it times the job's training batches from its `warmup`-th on,
 leaving out validation and epoch-end work (checkpoints, figures), and writes
 `<run dir>/train_window.json` at each stage's end. The sweep's wall time is measured around the
-process, so it also holds imports, data setup, validation and test.
+process, so it also holds imports, data setup, validation and test. The jobs log to CSV
+(`logger=csv`): a GPU machine's Python may lack tensorboard, and without a TensorBoard logger no
+attention figures are drawn.
 """
 
 import json
@@ -86,6 +88,7 @@ def run_sweep(
         sys.executable, "-m", "attnexp", "-m", *overrides, f"hydra.sweep.dir={sweep_dir}",
         "+callbacks.train_window._target_=sweepkit.TrainWindow",
         f"+callbacks.train_window.warmup={warmup}", "trainer.enable_progress_bar=false",
+        "logger=csv",
     ]  # fmt: skip
     launched, start = time.time(), time.perf_counter()
     try:
