@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 mkdir -p .whl
 # CPython 3.12 on x86-64 Linux, whatever this machine runs; the versions the project is tested
-# with here.
+# with here. The joblib launcher runs sweep jobs at once (run_gpu.sh jobs).
 target=(--python-version 3.12 --implementation cp --abi cp312
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
         --platform manylinux2014_x86_64 --platform any)
@@ -17,7 +17,8 @@ $PY -m pip download -q --no-deps --only-binary=:all: "${target[@]}" -d .whl \
     datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 xxhash==4.1.0 \
     pandas==3.1.1 python-dateutil==4.0.0 tzdata==2026.6 \
     pytest==9.2.0 pluggy==1.7.0 iniconfig==2.3.1 \
-    pytorch-lightning==2.6.6 lightning-utilities==0.15.3
+    pytorch-lightning==2.6.6 lightning-utilities==0.15.3 \
+    hydra-joblib-launcher==1.2.0 joblib==1.6.0
 # antlr4-python3-runtime 4.9.3 (the one omegaconf 2.3 takes) is published as source only: build
 # its pure-Python wheel here.
 $PY -m pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3

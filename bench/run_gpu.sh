@@ -3,6 +3,7 @@
 # install needed: the wheels bench/gpu_wheels.sh downloaded into .whl/ fill in what its Python
 # lacks, and src/ goes on PYTHONPATH):
 #   OUT=folder bash bench/run_gpu.sh              # "speed": ~5 min on an H100
+#   OUT=folder bash bench/run_gpu.sh all          # the parts not yet measured: <= 8 min
 #   DATA=<data_dir> OUT=folder bash bench/run_gpu.sh bench imdb
 # speed: the gpu-marked tests that guard the fast path first (no host sync in any model's step,
 #        padded LSTM = packed on cuDNN, bags drawn on the device), then bench/bench_gpu.py (every
@@ -14,6 +15,17 @@
 # bench: the IMDB, bag-MNIST and LCQMC runner-vs-plain benches in float32 and bf16-mixed, and
 #        the MHSA weights bench (their JSON into OUT).
 # imdb:  the chapter table's four rows (seed 0) with trainer=gpu, then the tuned recipe.
+# all:   newtests, staging (2 rounds), precision (250 steps, <= 150 s), then jobs in the time
+#        left (ALL_BUDGET_S, 450 s: with the setup, under 8 min on an H100).
+# newtests:  the gpu tests of pinned text batches, of fp16 with gradient clipping and of two
+#            sweep jobs at once on the GPU (OUT/tests_new.log).
+# staging:   IMDB through the runner's DataModule, batches pinned against pageable
+#            (bench/bench_text_staging.py; OUT/text_staging.json), ~30 s.
+# precision: the tuned IMDB recipe cut to 300 steps in 32-true, bf16-mixed and 16-mixed x 3
+#            seeds: ms/step, test accuracy, the fastest that keeps it
+#            (bench/bench_lstm_precision.py; OUT/lstm_precision.md, .json, .log), ~2 min.
+# jobs:      K = 8, 4, 2 sweep jobs at once against one at a time, bags and IMDB
+#            (bench/bench_parallel_jobs.py; OUT/parallel_jobs.md, .json, logs), ~4 min.
 set -u
 cd "$(dirname "$0")/.."
 DATA=${DATA:-data}
@@ -39,10 +51,12 @@ environment() {
         ln -s ../../conf src/attnexp/conf && trap 'rm -f src/attnexp/conf' EXIT
     fi
     local pair module wheel missing=()
-    for pair in hydra:hydra_core omegaconf:omegaconf antlr4:antlr4_python3_runtime yaml:pyyaml \
-        datasets:datasets dill:dill multiprocess:multiprocess xxhash:xxhash pandas:pandas \
-        dateutil:python_dateutil tzdata:tzdata pytest:pytest pluggy:pluggy iniconfig:iniconfig \
-        pytorch_lightning:pytorch_lightning lightning_utilities:lightning_utilities; do
+    local pairs=(hydra:hydra_core omegaconf:omegaconf antlr4:antlr4_python3_runtime yaml:pyyaml
+        datasets:datasets dill:dill multiprocess:multiprocess xxhash:xxhash pandas:pandas
+        dateutil:python_dateutil tzdata:tzdata pytest:pytest pluggy:pluggy iniconfig:iniconfig
+        pytorch_lightning:pytorch_lightning lightning_utilities:lightning_utilities
+        hydra_plugins.hydra_joblib_launcher:hydra_joblib_launcher joblib:joblib)
+    for pair in "${pairs[@]}"; do
         module=${pair%%:*} wheel=${pair#*:}
         if ! $PY -c "import $module" 2>/dev/null; then
             missing+=(.whl/"$wheel"-*.whl)
@@ -109,6 +123,53 @@ part_bench() {
     done
 }
 
+part_newtests() {
+    say "gpu tests of pinned text batches, fp16 with clipping, two sweep jobs on the GPU"
+    timeout 120 $PY -m pytest -q -m gpu -p no:cacheprovider tests/data/test_pinned_batches.py \
+        tests/tasks/test_fused_with_scaled_clipping.py tests/runs/test_parallel_jobs.py \
+        2>&1 | tee "$OUT/tests_new.log" | tail -3
+}
+
+part_staging() {
+    say "bench/bench_text_staging.py"
+    timeout -k 10 120 $PY bench/bench_text_staging.py --device "$DEVICE" ${IMDB_ARGS:-} \
+        ${STAGING_ARGS:-} --out "$OUT/text_staging.json" 2>&1 | tee "$OUT/text_staging.log" |
+        grep -E '^round|ratio|Error'
+}
+
+part_precision() {
+    say "bench/bench_lstm_precision.py"
+    rm -rf /tmp/lstm-precision
+    # the sweep ends 20 s before PRECISION_S (the jobs done by then count); timeout: a backstop
+    local limit=${PRECISION_S:-240}
+    timeout -k 10 "$limit" $PY bench/bench_lstm_precision.py --device "$DEVICE" \
+        --timeout-s $((limit - 20)) ${IMDB_ARGS:-} ${PRECISION_ARGS:-} --keep /tmp/lstm-precision \
+        --out "$OUT/lstm_precision.json" --table "$OUT/lstm_precision.md" 2>&1 | tail -9
+    cp /tmp/lstm-precision/sweep.log "$OUT/lstm_precision.log" 2>/dev/null
+}
+
+part_jobs() {
+    # sweeps start, and end, by 60 s before JOBS_S (the jobs done by then count)
+    local limit=${JOBS_S:-300}
+    say "bench/bench_parallel_jobs.py (${limit} s)"
+    rm -rf /tmp/parallel-jobs
+    timeout -k 10 "$limit" $PY bench/bench_parallel_jobs.py --device "$DEVICE" \
+        --budget-s $((limit > 120 ? limit - 60 : 60)) ${JOBS_DATA_ARGS:-} ${JOBS_ARGS:-} \
+        --keep /tmp/parallel-jobs --out "$OUT/parallel_jobs.json" --table "$OUT/parallel_jobs.md" \
+        2>&1 | grep -E '^\| |"error"'
+    mkdir -p "$OUT/parallel_jobs_logs" && cp /tmp/parallel-jobs/*.log "$OUT/parallel_jobs_logs/" \
+        2>/dev/null
+}
+
+part_all() {
+    # shorter than the single modes: 250 steps per precision job, at most 150 s for them
+    local budget=${ALL_BUDGET_S:-450}
+    part_newtests
+    STAGING_ARGS=${STAGING_ARGS:---rounds 2} part_staging
+    PRECISION_S=${PRECISION_S:-150} PRECISION_ARGS=${PRECISION_ARGS:---steps 230} part_precision
+    JOBS_S=$((budget - SECONDS > 90 ? budget - SECONDS : 90)) part_jobs
+}
+
 part_imdb() {
     local row
     for row in chapter_mean chapter_additive chapter_dot chapter_mhsa tuned; do
@@ -120,6 +181,8 @@ part_imdb() {
 
 environment
 [ -d "$DATA/mnist" ] && DATA_ARGS="--data-dir $DATA"
+[ -d "$DATA/imdb" ] && IMDB_ARGS="--data-dir $DATA"
+[ -d "$DATA/mnist" ] && [ -d "$DATA/imdb" ] && JOBS_DATA_ARGS="--data-dir $DATA"
 parts=("$@")
 [ $# -eq 0 ] && parts=(speed)
 for part in "${parts[@]}"; do

@@ -1,5 +1,6 @@
 """Smoke tests of the benchmark scripts on embedded or generated data (a handful of batches)."""
 
+import importlib.util
 import json
 import runpy
 import sys
@@ -217,3 +218,108 @@ def test_bench_gpu_runs_every_way_on_cpu(tmp_path, monkeypatch):
     ]  # fmt: skip
     assert all(r["per_s"] > 0 and r["unit"] == "bags/s" for r in rows)
     assert table.read_text().count("| bags |") == 5
+
+
+def run_script(script: str, monkeypatch, *args: str) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.setattr(sys, "argv", [str(BENCH / script), *args])
+    runpy.run_path(str(BENCH / script), run_name="__main__")
+
+
+def test_bench_parallel_jobs(tmp_path, monkeypatch):
+    """One sweep one job at a time and one of jobs at once (here K=1: the launcher's path),
+    real runs on the embedded bags; each row from the jobs' own records."""
+    if importlib.util.find_spec("hydra_plugins.hydra_joblib_launcher") is None:
+        pytest.skip("hydra-joblib-launcher not installed (pip install -e '.[sweep]')")
+    out, table = tmp_path / "jobs.json", tmp_path / "jobs.md"
+    run_script(
+        "bench_parallel_jobs.py", monkeypatch, "--workloads", "bags", "--jobs", "1",
+        "--steps", "2", "--warmup", "1", "--batch-size", "16", "--keep", str(tmp_path / "runs"),
+        "--extra", "model.hidden_size=8", "--out", str(out), "--table", str(table),
+    )  # fmt: skip
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["launcher"], r["K"]) for r in rows] == [("one at a time", 1), ("parallel", 1)]
+    for row in rows:
+        assert row["failed"] == [] and "error" not in row
+        assert row["wall_s"] > 0 and row["aggregate_per_s"] > 0
+        (rate,) = row["job_per_s"]
+        assert rate == row["job_per_s_median"]
+    assert rows[0]["sum_of_job_rates"] is None  # one at a time: no rates to add up
+    assert rows[1]["sum_of_job_rates"] == rows[1]["job_per_s_median"]
+    assert rows[1]["speedup_wall"] == round(rows[0]["wall_s"] / rows[1]["wall_s"], 2)
+    windows = sorted((tmp_path / "runs").glob("*/*/train_window.json"))
+    assert len(windows) == 2
+    for window in map(json.loads, (w.read_text() for w in windows)):
+        assert window["samples"] == 2 * 16 and window["batches"] == 3  # 1 untimed, 2 timed
+    assert table.read_text().count("| bags |") == 2
+
+
+def test_bench_lstm_precision(tmp_path, monkeypatch):
+    """Every precision x seed a real run of the tuned IMDB recipe (toy sizes, the embedded
+    sample); the verdict is against fp32's seeds."""
+    out, table = tmp_path / "precision.json", tmp_path / "precision.md"
+    run_script(
+        "bench_lstm_precision.py", monkeypatch, "--precisions", "32-true,bf16-mixed",
+        "--seeds", "2", "--steps", "2", "--warmup", "1", "--batch-size", "16",
+        "--keep", str(tmp_path / "runs"), "--out", str(out), "--table", str(table), "--extra",
+        "model.hidden_size=8", "model.embed_dim=8", "data.max_seq_len=32",
+        "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
+    )  # fmt: skip
+    result = json.loads(out.read_text())
+    assert result["failed"] == [] and result["returncode"] == 0
+    rows = result["precisions"]
+    assert set(rows) == {"32-true", "bf16-mixed"}
+    for row in rows.values():
+        assert sorted(row["seeds"]) == [0, 1] and row["ms_per_step"] > 0
+        assert row["keeps_accuracy"] == (
+            row["test_acc_mean"] >= min(rows["32-true"]["test_acc_by_seed"])
+        )
+    assert result["fastest_keeping_accuracy"] in rows
+    assert "fastest that keeps accuracy: " in table.read_text()
+
+
+@pytest.mark.usefixtures("bench_importable")
+def test_the_precision_verdict_takes_the_fastest_that_keeps_accuracy():
+    from bench_lstm_precision import summarize
+
+    def job(precision, seed, per_s, acc):
+        window = {"precision": precision, "per_s": per_s}
+        return {"status": "completed", "window": window, "seed": seed, "test_acc": acc}
+
+    jobs = [job("32-true", 0, 100.0, 0.80), job("32-true", 1, 100.0, 0.84)]
+    jobs += [job("bf16-mixed", 0, 200.0, 0.81), job("bf16-mixed", 1, 200.0, 0.81)]
+    jobs += [job("16-mixed", 0, 400.0, 0.70), job("16-mixed", 1, 400.0, 0.72)]
+    result = summarize(jobs, batch_size=100)
+    assert result["precisions"]["16-mixed"]["keeps_accuracy"] is False  # fastest, but worse
+    assert result["precisions"]["bf16-mixed"]["ms_per_step"] == 500.0
+    assert result["fastest_keeping_accuracy"] == "bf16-mixed"
+
+
+def test_bench_text_staging(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where a Trainer without a root dir would write
+    out = tmp_path / "staging.json"
+    run_script(
+        "bench_text_staging.py", monkeypatch, "--steps", "2", "--warmup", "1", "--rounds", "2",
+        "--batch-size", "8", "--max-seq-len", "16", "--threads", "1", "--out", str(out),
+    )  # fmt: skip
+    result = json.loads(out.read_text())
+    assert result["data_source"] == "sample" and result["device"] == "CPU"
+    assert all(len(rates) == 2 for rates in result["rounds"].values())
+    assert result["pinned_per_s"] > 0 and result["pageable_per_s"] > 0
+    assert [p.name for p in tmp_path.iterdir()] == ["staging.json"]  # no stray files
+
+
+def test_every_gpu_mode_is_documented():
+    """bench/run_gpu.sh's modes (its part_* functions) are the rows of the table that tells a
+    GPU session what to run (docs/benchmarks.md)."""
+    import re
+
+    script = (BENCH / "run_gpu.sh").read_text()
+    modes = set(re.findall(r"^part_(\w+)\(\) \{", script, flags=re.MULTILINE))
+    docs = (BENCH.parent / "docs" / "benchmarks.md").read_text()
+    section = docs[docs.index("### What a GPU session runs") :]
+    section = section[: section.index("\n### ", 1)]
+    documented = set(re.findall(r"^\| `(\w+)`", section, flags=re.MULTILINE))
+    assert modes == documented
+    for mode in modes:
+        assert re.search(rf"^# {mode}:", script, flags=re.MULTILINE), mode  # the script's header

@@ -122,6 +122,15 @@ class AttnDataModule(pl.LightningDataModule):
     def test_set_names(self) -> list[str]:
         return []
 
+    def pins_memory(self) -> bool:
+        """Whether the loaders put their batches in page-locked memory: when the trainer trains
+        on CUDA. Lightning copies a batch to the GPU with `non_blocking=True`, which only pinned
+        memory makes asynchronous (from pageable memory the host waits for the copy): the copy is
+        then queued on the stream and the host goes on. On the CPU (and with no trainer) nothing
+        changes."""
+        strategy = getattr(self.trainer, "strategy", None)  # none: no trainer (or a stand-in)
+        return strategy is not None and strategy.root_device.type == "cuda"
+
     def adapt_to(self, model: torch.nn.Module) -> None:
         """Drop evaluations the model cannot run (e.g. bags larger than it was built for), with a
         note (`notes`) for each."""

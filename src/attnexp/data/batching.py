@@ -128,11 +128,14 @@ def bucketed_loader(
     num_workers: int,
     pool_batches: int = 50,
     resume_at: dict | None = None,
+    pin_memory: bool = False,
 ) -> DataLoader:
     """The text DataModules' loader over length-bucketed batches (see `bucket_batch_sampler`).
 
     The training loader is a `ResumableLoader`, so a resumed run picks its epoch up mid-way
     (`resume_at`: the checkpoint's position, from `AttnDataModule.resume_position`); `collate_fn` must pickle (a function or a partial, not a lambda) for spawned workers.
+    pin_memory: batches in page-locked memory (`AttnDataModule.pins_memory`), so that Lightning's
+        non_blocking copy to a GPU runs while the host goes on.
     """
     sampler = bucket_batch_sampler(lengths, batch_size, train, seed, pool_batches)
     resumable = {"resume_at": resume_at} if train else {}
@@ -143,6 +146,7 @@ def bucketed_loader(
         collate_fn=collate_fn,
         num_workers=num_workers,
         persistent_workers=num_workers > 0,
+        pin_memory=pin_memory,
     )
 
 

@@ -378,6 +378,7 @@ class LCQMCDataModule(AttnDataModule):
             collate_fn=functools.partial(dataset.collate, pad_id=self.tokenizer.pad_id),
             num_workers=self.num_workers,
             resume_at=self.resume_position() if train else None,
+            pin_memory=self.pins_memory(),
         )
 
     def train_dataloader(self) -> DataLoader:

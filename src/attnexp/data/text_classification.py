@@ -376,6 +376,7 @@ class TextClassificationDataModule(AttnDataModule):
             num_workers=self.num_workers,
             pool_batches=self.pool_batches,
             resume_at=self.resume_position() if shuffle else None,
+            pin_memory=self.pins_memory(),
         )
 
     def train_dataloader(self) -> DataLoader:

@@ -174,7 +174,11 @@ class ClassificationTask(pl.LightningModule):
     def build_optimizer(self) -> torch.optim.Optimizer:
         """The optimizer over `param_groups`: also what a resumed run's saved optimizer state is
         tried on before fit (train.check_resume_fits)."""
-        return build_optimizer(self.optimizer_factory, self.model, self.weight_decay)
+        try:
+            trainer = self.trainer
+        except RuntimeError:  # not attached: the optimizer a resumed run's state is tried on
+            trainer = None
+        return build_optimizer(self.optimizer_factory, self.model, self.weight_decay, trainer)
 
     def configure_optimizers(self):
         return with_schedule(

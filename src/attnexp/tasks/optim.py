@@ -15,12 +15,13 @@ DECAYS = ("linear", "cosine")
 FUSABLE = (torch.optim.Adam, torch.optim.AdamW)
 
 
-def fused_setting(optimizer_factory, groups: list[dict]) -> dict:
+def fused_setting(optimizer_factory, groups: list[dict], clips_scaled: bool = False) -> dict:
     """{"fused": True} for Adam/AdamW over parameters all on CUDA, unless the config chose
-    (optimizer.fused=false, or a foreach setting); else {} (torch's own default)."""
+    (optimizer.fused=false, or a foreach setting) or `clips_scaled` (`clips_scaled_gradients`);
+    else {} (torch's own default)."""
     target = getattr(optimizer_factory, "func", optimizer_factory)
     chosen = getattr(optimizer_factory, "keywords", {})
-    if not (isinstance(target, type) and issubclass(target, FUSABLE)):
+    if clips_scaled or not (isinstance(target, type) and issubclass(target, FUSABLE)):
         return {}
     if chosen.get("fused") is not None or chosen.get("foreach") is not None:
         return {}
@@ -28,6 +29,15 @@ def fused_setting(optimizer_factory, groups: list[dict]) -> dict:
     if params and all(p.is_cuda and p.is_floating_point() for p in params):
         return {"fused": True}
     return {}
+
+
+def clips_scaled_gradients(trainer) -> bool:
+    """Whether `trainer` clips gradients that a GradScaler scaled (precision=16-mixed with
+    trainer.gradient_clip_val): Lightning unscales them itself before clipping, and refuses an
+    optimizer that unscales inside its step, as a fused one does. None: no trainer yet."""
+    if trainer is None or not trainer.gradient_clip_val:
+        return False
+    return getattr(trainer.precision_plugin, "scaler", None) is not None
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -74,12 +84,16 @@ def linear_warmup_decay(
     return LambdaLR(optimizer, factor)
 
 
-def build_optimizer(optimizer_factory, model, weight_decay: float) -> torch.optim.Optimizer:
+def build_optimizer(
+    optimizer_factory, model, weight_decay: float, trainer=None
+) -> torch.optim.Optimizer:
     """`optimizer_factory` over `param_groups(model, weight_decay)` (fused on CUDA unless the
-    config chose), with torch's refusal of its own arguments said as the setting to change."""
+    config chose or the `trainer` clips scaled gradients), with torch's refusal of its own
+    arguments said as the setting to change."""
     groups = param_groups(model, weight_decay)
+    fused = fused_setting(optimizer_factory, groups, clips_scaled_gradients(trainer))
     try:
-        return optimizer_factory(groups, **fused_setting(optimizer_factory, groups))
+        return optimizer_factory(groups, **fused)
     except (TypeError, ValueError) as err:  # torch's checks of its own arguments
         target = getattr(optimizer_factory, "func", optimizer_factory)
         raise ConfigError(
