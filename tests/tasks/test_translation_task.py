@@ -136,3 +136,8 @@ def test_cli_trains_seq2seq_on_the_embedded_sample(tmp_path):
     events = EventAccumulator(str(record_path.parent / "tb"))
     events.Reload()
     assert "attention/val_examples" in events.Tags()["images"]
+    # beside the heatmaps, the same probe sentences' translations as text, each validation
+    (tag,) = [t for t in events.Tags()["tensors"] if t.startswith("translations/val_examples")]
+    (text,) = [e.tensor_proto.string_val[0].decode() for e in events.Tensors(tag)]
+    rows = text.splitlines()
+    assert rows[0] == "| source | reference | translation |" and len(rows) > 2

@@ -60,3 +60,20 @@ class TranslationPredictor:
             for ids in batch["tgt_in"]
         ]
         return alignment_figure(sources, targets, attention)
+
+    def probe_texts(self, batch: dict[str, torch.Tensor], task: Any) -> dict[str, str]:
+        """The probe pairs' greedy translations beside source and reference, as a Markdown table
+        (TensorBoard's text tab renders it) under `translations/val_examples`."""
+        data = self.data
+        hypotheses = task.translate(batch["src_ids"], batch["src_mask"], beam=False)
+        rows = ["| source | reference | translation |", "|---|---|---|"]
+        for ids, mask, reference, hypothesis in zip(
+            batch["src_ids"], batch["src_mask"], batch["tgt_in"], hypotheses, strict=True
+        ):
+            cells = (
+                data.decode_source(ids[mask].tolist()),
+                data.decode_target(reference.tolist()),  # [BOS] and padding are left out
+                data.decode_target(hypothesis),
+            )
+            rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        return {"translations/val_examples": "\n".join(rows)}
