@@ -183,9 +183,10 @@ class FraEngDataModule(TranslationDataModule):
         if capped != sizes:
             asked = ", ".join(f"data.{k}={v}" for k, v in sizes.items())
             used = " and ".join(f"{v} {k.split('_')[0]}" for k, v in capped.items())
+            shares = " and ".join(f"{share:.0%}" for share in SAMPLE_HELD_OUT.values())
             self.note(
                 f"fra-eng: the embedded sample has {distinct} distinct sources, too few for "
-                f"{asked}: holding out {used} sources (at most 10% and 20% of them; set "
+                f"{asked}: holding out {used} sources (at most {shares} of them; set "
                 f"data.val_sources / data.test_sources lower to choose)"
             )
         return capped
