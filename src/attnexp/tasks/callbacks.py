@@ -76,18 +76,18 @@ class AttentionFigures(pl.Callback):
                 predictor.probe_texts(batch, pl_module) if hasattr(predictor, "probe_texts") else {}
             )
         pl_module.train(was_training)
+        figures = predictor.attention_figure(batch, output.logits, output.attention)
+        if figures is not None and not isinstance(figures, dict):
+            figures = {"attention/val_examples": figures}
+        if not texts and not figures:
+            return
         # At the step of the val/* points (Lightning's logger step), before the checkpoint's global
         # step: a resumed run's TensorBoard purge (tasks/loggers.py) hides what is at or after that.
         step = trainer.fit_loop.epoch_loop._batches_that_stepped
         for tag, text in texts.items():
             for writer in writers:
                 writer.add_text(tag, text, global_step=step)
-        figures = predictor.attention_figure(batch, output.logits, output.attention)
-        if figures is None:
-            return
-        if not isinstance(figures, dict):
-            figures = {"attention/val_examples": figures}
-        for tag, figure in figures.items():
+        for tag, figure in (figures or {}).items():
             for writer in writers:
                 writer.add_figure(tag, figure, global_step=step, close=False)
             plt.close(figure)
