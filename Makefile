@@ -71,6 +71,7 @@ bench: setup  ## throughput benchmarks (runner vs plain PyTorch loop)
 	$(BIN)/python bench/bench_bag_mnist.py
 	$(BIN)/python bench/bench_lcqmc.py $(if $(wildcard data/lcqmc/dev.tsv),--data-dir data)
 	$(BIN)/python bench/bench_imdb.py $(if $(wildcard data/imdb/train.parquet),--data-dir data)
+	$(BIN)/python bench/bench_translation.py $(if $(wildcard data/fra-eng/fra.txt),--data-dir data)
 
 bench-gpu: setup  ## the GPU speed table, today's setup beside the new one (needs CUDA; OUT=outputs/gpu)
 	PYTHON=$(BIN)/python bash bench/run_gpu.sh

@@ -33,8 +33,15 @@ def clock(device: str = "cpu") -> float:
     return time.perf_counter()
 
 
+def batch_size(batch: dict) -> int:
+    """What a classification bench counts: samples (`labels`)."""
+    return len(batch["labels"])
+
+
 class WindowTimer(pl.Callback):
-    """Rate of the training batches from batch `warmup` on, in samples (`labels`) per second.
+    """Rate of the training batches from batch `warmup` on, in `count(batch)` (samples by default)
+    per second. A count that is a device tensor (target tokens, say) is summed on the device and
+    read back once, when the window is closed, so counting adds no sync to a step.
 
     The window opens at that batch's start (after Lightning fetched it and moved it to the device,
     as PlainWindow's does) and closes when the last batch is done, before the epoch-end work (the
@@ -43,22 +50,24 @@ class WindowTimer(pl.Callback):
     Lightning fetches one batch ahead, so the window holds one fetch fewer than the plain loop's
     (a bag batch: ~0.7 ms, ~0.2% of a 30-batch window): a bias in the runner's favour."""
 
-    def __init__(self, warmup: int) -> None:
-        self.warmup, self.samples = warmup, 0
+    def __init__(
+        self, warmup: int, count: Callable[[dict], int | torch.Tensor] = batch_size
+    ) -> None:
+        self.warmup, self.count, self.samples = warmup, count, 0
         self.start = self.end = None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if batch_idx == self.warmup:
             self.start = clock(pl_module.device.type)
         if batch_idx >= self.warmup:
-            self.samples += len(batch["labels"])
+            self.samples = self.samples + self.count(batch)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         self.end = clock(pl_module.device.type)
 
     @property
     def rate(self) -> float:
-        return self.samples / (self.end - self.start)
+        return float(self.samples) / (self.end - self.start)
 
 
 def timing_args(
@@ -152,13 +161,20 @@ class BareTask(pl.LightningModule):
 
 class PlainWindow:
     """The plain loop's side of WindowTimer: iterate `window(loader, prepare)` and train on each
-    batch; `rate` is samples (`labels`) per second over batches `warmup` .. `warmup + batches - 1`.
+    batch; `rate` is `count(batch)` (samples by default) per second over batches `warmup` ..
+    `warmup + batches - 1`.
 
     The window opens once batch `warmup` is fetched and prepared (moved to the device, normalised)
     and closes when the last timed batch's step is done, without fetching another."""
 
-    def __init__(self, warmup: int, batches: int, device: str = "cpu") -> None:
-        self.warmup, self.batches, self.device = warmup, batches, device
+    def __init__(
+        self,
+        warmup: int,
+        batches: int,
+        device: str = "cpu",
+        count: Callable[[dict], int | torch.Tensor] = batch_size,
+    ) -> None:
+        self.warmup, self.batches, self.device, self.count = warmup, batches, device, count
         self.samples, self.start, self.end = 0, None, None
 
     def window(self, loader: Iterable, prepare: Callable[[dict], dict] = lambda b: b):
@@ -168,14 +184,14 @@ class PlainWindow:
                 self.start = clock(self.device)
             yield batch
             if i >= self.warmup:
-                self.samples += len(batch["labels"])
+                self.samples = self.samples + self.count(batch)
             if i == self.warmup + self.batches - 1:
                 break
         self.end = clock(self.device)  # also where a short loader ran out first
 
     @property
     def rate(self) -> float:
-        return self.samples / (self.end - self.start)
+        return float(self.samples) / (self.end - self.start)
 
 
 def paired_rounds(

@@ -66,7 +66,7 @@ part_speed() {
     say "gpu tests of the fast path"
     timeout 75 $PY -m pytest -q -m gpu -p no:cacheprovider -x \
         tests/test_configs.py::test_every_model_trains_on_cuda_without_host_sync \
-        tests/modules/test_lstm_encoder.py tests/data/test_bag_mnist.py \
+        tests/modules/test_lstm_encoder.py tests/modules/test_rnn.py tests/data/test_bag_mnist.py \
         2>&1 | tee "$OUT/tests_fast_path.log" | tail -3
     say "bench/bench_gpu.py"
     # cases start until 70 s before the end; the last ones (the compiled bags) take ~1 min
@@ -100,6 +100,9 @@ part_bench() {
         say "LCQMC bench, $precision"
         $PY bench/bench_lcqmc.py "${common[@]}" --batches 100 --rounds 6 \
             --out "$OUT/bench-lcqmc-$precision.json" | grep -E "^(custom|torch)"
+        say "translation bench, $precision"
+        $PY bench/bench_translation.py "${common[@]}" --batches 100 --rounds 6 \
+            --out "$OUT/bench-translation-$precision.json" | grep -E "^(median|decoding)"
         say "MHSA weights bench, $precision"
         $PY bench/bench_attention_weights.py --device cuda --precision "$precision" \
             --warmup 3 --batches 10 --rounds 10 --out "$OUT/bench-attention-weights-$precision.json"

@@ -80,6 +80,25 @@ def test_bench_lcqmc(tmp_path, monkeypatch, flags):
         check_timing(row)
 
 
+@pytest.mark.parametrize("flags", [[], pytest.param(ON_CUDA_BF16, marks=ON_GPU)])
+def test_bench_translation(tmp_path, monkeypatch, flags):
+    result = run_bench(
+        "bench_translation.py", monkeypatch, tmp_path / "bench.json",
+        "--batch-size", "16", "--hidden", "16", "--decode-batches", "1", "--decode-rounds", "2",
+        "--decode-batch-size", "32", "--max-len", "5", "--cache-dir", str(tmp_path / "cache"),
+        "--threads", "1", *flags,
+    )  # fmt: skip
+    assert result["data_source"] == "sample" and result["batch_size"] == 16
+    assert (result["device"] == "cpu") == (not flags)  # on CUDA: the card's name
+    check_timing(result)
+    decoding = result["decoding"]
+    assert 0 < decoding["sentences"] <= 32 and decoding["max_len"] == 5
+    for way in ("greedy", "beam5"):
+        assert decoding[f"{way}_sentences_per_s"] > 0
+        assert len(decoding[f"{way}_sentences_per_s_rounds"]) == 2  # --decode-rounds
+        assert 0 <= decoding[f"{way}_mean_tokens"] < 5  # EOS ends every translation by max_len
+
+
 def test_bench_overhead(tmp_path, monkeypatch):
     result = run_bench("bench_overhead.py", monkeypatch, tmp_path / "bench.json", "--threads", "1")
     assert result["plain_us_per_step"] > 0 and result["runner_us_per_step"] > 0

@@ -60,11 +60,12 @@ def fingerprint(batch) -> list[tuple]:
 class Recorder(pl.LightningModule):
     """Records what each training step saw; interrupted at global step `stop_at`."""
 
-    def __init__(self, stop_at: int | None = None) -> None:
+    def __init__(self, stop_at: int | None = None, sized_schedule: bool = False) -> None:
         super().__init__()
         self.w = torch.nn.Parameter(torch.zeros(()))
         self.seen: list[tuple[int, list[tuple]]] = []
         self.stop_at = stop_at
+        self.sized_schedule = sized_schedule
 
     def training_step(self, batch, batch_idx):
         if self.global_step == self.stop_at:
@@ -76,11 +77,18 @@ class Recorder(pl.LightningModule):
         self.log("val/acc", 0.5)
 
     def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        if not self.sized_schedule:
+            return optimizer
+        # as the runs' schedules: sized from the trainer, which builds the training loader
+        # before the checkpoint's training state is restored
+        total = self.trainer.estimated_stepping_batches
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / total)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 
-def fit(make_data, root, stop_at=None, ckpt_path=None) -> Recorder:
-    module = Recorder(stop_at)
+def fit(make_data, root, stop_at=None, ckpt_path=None, sized_schedule=False) -> Recorder:
+    module = Recorder(stop_at, sized_schedule)
     callbacks = OmegaConf.load(CONF_DIR / "callbacks" / "default.yaml")  # the runs' checkpoints
     checkpoints = [callbacks.model_checkpoint, callbacks.last_checkpoint]
     for cfg in checkpoints:
@@ -127,6 +135,19 @@ def test_a_mid_epoch_resume_sees_what_the_uninterrupted_run_sees(tmp_path, data,
     after = fit(make_data, part, ckpt_path=str(part / "checkpoints" / "last.ckpt")).seen
     # the steps after the checkpoint and before the stop are trained again: as in any resume
     assert before[: last["global_step"]] + after == whole
+
+
+@pytest.mark.parametrize("data", [imdb_data, bag_data], ids=["text", "bags"])
+def test_a_mid_epoch_resume_with_a_schedule_sized_from_the_trainer(tmp_path, data):
+    make_data = data(tmp_path)
+    whole = fit(make_data, tmp_path / "whole", sized_schedule=True).seen
+    part = tmp_path / "part"
+    before = fit(make_data, part, stop_at=4, sized_schedule=True).seen
+    last = torch.load(part / "checkpoints" / "last.ckpt", weights_only=False)
+    assert last["global_step"] == 3  # mid-epoch
+    ckpt = str(part / "checkpoints" / "last.ckpt")
+    after = fit(make_data, part, ckpt_path=ckpt, sized_schedule=True).seen
+    assert before[:3] + after == whole
 
 
 def test_state_is_the_epoch_and_the_batches_handed_out():

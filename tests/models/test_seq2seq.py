@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnexp.errors import ConfigError
-from attnexp.models.seq2seq import Seq2Seq
+from attnexp.models.seq2seq import RNNEncoder, Seq2Seq
 from attnexp.models.transformer_seq2seq import TransformerSeq2Seq
 from attnexp.modules.scorers import AdditiveScorer, BilinearScorer, DotScorer, ScaledDotScorer
 
@@ -62,6 +62,37 @@ def test_padded_source_positions_get_no_attention_and_change_nothing(model):
         assert out.attention.shape == (3, 5, 6)
         assert (out.attention.masked_select(~mask[:, None, :].expand(-1, 5, -1)) == 0).all()
         assert torch.allclose(out.attention.sum(-1), torch.ones(3, 5), atol=1e-5)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+@pytest.mark.parametrize("num_layers", [1, 2])
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_encoder_equals_packed_sequences(cell, num_layers, bidirectional):
+    """The encoder runs padded (no host sync): its states on real positions (zeros on padding),
+    final states per layer and gradients are those of its RNN on packed sources."""
+    torch.manual_seed(0)
+    encoder = RNNEncoder(V, 8, 8, num_layers, cell, bidirectional, dropout=0.0).eval()
+    src, mask, _ = batch()
+    mask[2, :] = False  # an empty source reads its first pad, as the packed path did
+    embedded = encoder.embedding(src)
+    packed = torch.nn.utils.rnn.pack_padded_sequence(
+        embedded, mask.sum(1).clamp(min=1), batch_first=True, enforce_sorted=False
+    )
+    out, final = encoder.rnn(packed)
+    states, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=6)
+    finals = final if cell == "lstm" else (final,)
+    reference = [states, *(encoder._per_layer(f) for f in finals)]
+    ours = [t for t in encoder(src, mask) if t is not None]
+    assert len(ours) == len(reference) == (3 if cell == "lstm" else 2)
+    weights = [torch.randn_like(t) for t in reference]
+    grads = [
+        torch.autograd.grad(
+            sum((t * w).sum() for t, w in zip(ts, weights, strict=True)), encoder.rnn.parameters()
+        )
+        for ts in (ours, reference)
+    ]
+    for a, b in zip(ours + list(grads[0]), reference + list(grads[1]), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("model", models(), ids=lambda m: type(m).__name__)

@@ -1,3 +1,4 @@
+import contextlib
 import functools
 import math
 
@@ -328,3 +329,50 @@ def test_fit_logs_each_stages_metrics_under_its_prefix():
     assert torch.allclose(metrics["val/loss"], torch.stack(losses).mean())
     assert torch.allclose(metrics["train/loss_epoch"], torch.stack(losses).mean())
     assert torch.allclose(metrics["train/loss_step"], losses[-1])
+
+
+class StopAt(pl.Callback):
+    """Interrupts training as Ctrl-C would, when the global step reaches `step`."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == self.step:
+            raise KeyboardInterrupt
+
+
+def test_a_resume_from_an_epochs_last_validation_starts_the_next_epochs_metrics_empty(tmp_path):
+    """last.ckpt written at the validation after an epoch's last batch comes before that epoch's
+    end: the resumed run's next epoch logs train/* over its own batches only, as uninterrupted."""
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    torch.manual_seed(0)
+    batches = [{"x": torch.randn(5, 4), "labels": torch.randint(0, 3, (5,))} for _ in range(3)]
+    loader = DataLoader(batches, batch_size=None)
+
+    def fit(root, stop_at=None, ckpt_path=None):
+        torch.manual_seed(1)
+        task = ClassificationTask(Linear(), 3, lambda p: torch.optim.SGD(p, lr=0.5))
+        # as the runs' last.ckpt: written at each validation, which comes before the epoch's end
+        checkpoint = ModelCheckpoint(dirpath=root, save_last=True, save_on_train_epoch_end=False)
+        stop = [StopAt(stop_at)] if stop_at is not None else []
+        trainer = pl.Trainer(
+            max_epochs=2,
+            num_sanity_val_steps=0,
+            callbacks=[checkpoint, *stop],
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            accelerator="cpu",
+        )
+        with contextlib.suppress(SystemExit):  # Lightning's answer to the KeyboardInterrupt
+            trainer.fit(task, loader, loader, ckpt_path=ckpt_path)
+        return {k: v for k, v in trainer.callback_metrics.items() if k.startswith("train/")}
+
+    whole = fit(tmp_path / "whole")
+    fit(tmp_path / "part", stop_at=3)  # the first step of epoch 1: last.ckpt is from step 3
+    resumed = fit(tmp_path / "part", ckpt_path=str(tmp_path / "part" / "last.ckpt"))
+    assert sorted(resumed) == sorted(whole)
+    for name in ("train/acc", "train/f1", "train/loss_epoch"):
+        assert torch.equal(resumed[name], whole[name]), name

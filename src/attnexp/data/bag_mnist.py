@@ -22,16 +22,21 @@ MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 NUM_CLASSES = 10
 
 
-def bag_loader(pool: BagPool, bags: FixedBags | RandomBags, num_workers: int) -> DataLoader:
+def bag_loader(
+    pool: BagPool, bags: FixedBags | RandomBags, num_workers: int, resume_at: dict | None = None
+) -> DataLoader:
     """The sampler yields whole batches of bags (no collation), the pool gathers their images.
-    Training bags (drawn anew each epoch) come through a loader Lightning can resume mid-epoch."""
-    loader = ResumableLoader if isinstance(bags, RandomBags) else DataLoader
-    return loader(
+    Training bags (drawn anew each epoch) come through a loader Lightning can resume mid-epoch
+    (`resume_at`: the checkpoint's position, from `AttnDataModule.resume_position`)."""
+    train = isinstance(bags, RandomBags)
+    resumable = {"resume_at": resume_at} if train else {}
+    return (ResumableLoader if train else DataLoader)(
         pool,
         sampler=bags,
         batch_size=None,
         num_workers=num_workers,
         persistent_workers=num_workers > 0,
+        **resumable,
     )
 
 
@@ -267,8 +272,9 @@ class BagMNISTDataModule(AttnDataModule):
         then the first batches are drawn once and handed over as a list, in order."""
         overfit = self.trainer.overfit_batches if self.trainer is not None else 0
         if not overfit:
-            shared = self._rank_share(bags) if isinstance(bags, FixedBags) else bags
-            return bag_loader(pool, shared, self.num_workers)
+            if isinstance(bags, RandomBags):
+                return bag_loader(pool, bags, self.num_workers, self.resume_position())
+            return bag_loader(pool, self._rank_share(bags), self.num_workers)
         count = int(overfit) if overfit >= 1 else len(bags)
         return DataLoader([pool[b] for b in itertools.islice(bags, count)], batch_size=None)
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 
+from attnexp.data.resumable import ResumableLoader
 from attnexp.data.sources import planned
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,29 @@ class AttnDataModule(pl.LightningDataModule):
         # `data_hash` of the data as read, before any split is carved: the report tells runs on
         # changed data files apart by it.
         self.data_hash: str | None = None
+        self._resume_at: dict | None = None  # the training loader's position in the checkpoint
+
+    def state_dict(self) -> dict[str, Any]:
+        """The training loader's position, kept in every checkpoint, so that a resumed run goes on
+        from the batch it stopped at.
+
+        Lightning keeps a `ResumableLoader`'s state itself, but hands it over only to a loader
+        built after the checkpoint's training state is restored. A learning-rate schedule sizes
+        itself in `configure_optimizers` from `trainer.estimated_stepping_batches`, which builds
+        the training loader before that: the resumed epoch would then start again at its first
+        batch. The DataModule's own state is restored before `configure_optimizers` runs, and
+        `resume_position` passes it to the loader as it is built.
+        """
+        loader = self.trainer.train_dataloader if self.trainer is not None else None
+        return {"train_loader": loader.state_dict()} if isinstance(loader, ResumableLoader) else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._resume_at = state.get("train_loader")
+
+    def resume_position(self) -> dict | None:
+        """The position of the checkpoint being resumed, for the training loader (given once)."""
+        position, self._resume_at = self._resume_at, None
+        return position
 
     def note(self, message: str) -> None:
         """A decision taken for the user: said at WARNING, and recorded by the runner."""

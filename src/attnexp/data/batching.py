@@ -127,17 +127,19 @@ def bucketed_loader(
     collate_fn: Callable,
     num_workers: int,
     pool_batches: int = 50,
+    resume_at: dict | None = None,
 ) -> DataLoader:
     """The text DataModules' loader over length-bucketed batches (see `bucket_batch_sampler`).
 
-    The training loader is a `ResumableLoader`, so a resumed run picks its epoch up mid-way;
-    `collate_fn` must pickle (a function or a partial, not a lambda) for spawned workers.
+    The training loader is a `ResumableLoader`, so a resumed run picks its epoch up mid-way
+    (`resume_at`: the checkpoint's position, from `AttnDataModule.resume_position`); `collate_fn` must pickle (a function or a partial, not a lambda) for spawned workers.
     """
     sampler = bucket_batch_sampler(lengths, batch_size, train, seed, pool_batches)
-    loader = ResumableLoader if train else DataLoader
-    return loader(
+    resumable = {"resume_at": resume_at} if train else {}
+    return (ResumableLoader if train else DataLoader)(
         dataset,
         batch_sampler=sampler,
+        **resumable,
         collate_fn=collate_fn,
         num_workers=num_workers,
         persistent_workers=num_workers > 0,

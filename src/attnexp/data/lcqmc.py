@@ -377,6 +377,7 @@ class LCQMCDataModule(AttnDataModule):
             seed=self.seed,
             collate_fn=functools.partial(dataset.collate, pad_id=self.tokenizer.pad_id),
             num_workers=self.num_workers,
+            resume_at=self.resume_position() if train else None,
         )
 
     def train_dataloader(self) -> DataLoader:

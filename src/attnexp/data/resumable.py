@@ -21,12 +21,16 @@ class ResumableLoader(DataLoader):
     The epoch is that of the sampler Lightning moves on (`set_epoch`); a loader whose sampler has
     none (the same order every epoch) skips only when the checkpoint was written before the last
     batch.
+
+    Lightning hands the state over only to a loader it builds after the restore; `resume_at` gives
+    it at construction, for a loader built before (see `AttnDataModule.state_dict`). A keyword
+    argument survives the copy of the loader Lightning makes under DDP to swap its sampler.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, resume_at: dict[str, int | None] | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._position: dict[str, int | None] = {"epoch": None, "batches": 0}
-        self._resume_at: dict[str, int | None] | None = None
+        self._resume_at = dict(resume_at) if resume_at else None
         self._skip = 0  # batches the next pass over the index sampler leaves out
 
     def state_dict(self) -> dict[str, int | None]:

@@ -375,6 +375,7 @@ class TextClassificationDataModule(AttnDataModule):
             collate_fn=collate_tokens,
             num_workers=self.num_workers,
             pool_batches=self.pool_batches,
+            resume_at=self.resume_position() if shuffle else None,
         )
 
     def train_dataloader(self) -> DataLoader:

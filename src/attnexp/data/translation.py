@@ -349,6 +349,7 @@ class TranslationDataModule(AttnDataModule):
             collate_fn=dataset.collate,
             num_workers=self.num_workers,
             pool_batches=self.pool_batches,
+            resume_at=self.resume_position() if stage == "train" else None,
         )
 
     def train_dataloader(self):

@@ -15,11 +15,11 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnexp.errors import ConfigError, require_positive, require_probability
 from attnexp.models.output import ModelOutput
 from attnexp.modules.masking import masked_softmax
+from attnexp.modules.rnn import run_padded
 from attnexp.modules.scorers import Scorer
 
 CELLS = {"gru": nn.GRU, "lstm": nn.LSTM}
@@ -54,16 +54,11 @@ class RNNEncoder(nn.Module):
         )  # (B, L, C)
 
     def forward(self, src_ids: torch.Tensor, src_mask: torch.Tensor):
-        B, S = src_ids.shape
-        lengths = src_mask.sum(dim=1).clamp(min=1).cpu()  # an empty source reads its first pad
-        packed = pack_padded_sequence(
-            self.dropout(self.embedding(src_ids)), lengths, batch_first=True, enforce_sorted=False
-        )
-        out, final = self.rnn(packed)
-        states, _ = pad_packed_sequence(out, batch_first=True, total_length=S)  # (B, S, C)
-        if isinstance(final, tuple):  # LSTM: (h, c)
-            return states, self._per_layer(final[0]), self._per_layer(final[1])
-        return states, self._per_layer(final), None
+        # An empty source reads its first pad. Padded, not packed: no host sync (modules/rnn.py).
+        lengths = src_mask.sum(dim=1).clamp(min=1)  # (B,)
+        out = run_padded(self.rnn, self.dropout(self.embedding(src_ids)), lengths)
+        cell = self._per_layer(out.cell) if out.cell is not None else None
+        return out.states, self._per_layer(out.hidden), cell  # (B, S, C), (B, L, C), (B, L, C)
 
 
 class Seq2Seq(nn.Module):

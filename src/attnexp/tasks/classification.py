@@ -69,6 +69,7 @@ class ClassificationTask(pl.LightningModule):
         # In the checkpoint: a run resumed from a mid-epoch checkpoint ends that epoch with the
         # train/* an uninterrupted run has, not those of the batches after the interruption.
         self.train_metrics.persistent(True)
+        self._train_metrics_epoch: int | None = None  # the epoch whose batches they hold
         self.val_metrics = stats.clone(prefix="val/")
         # Dataloader 0 is the main test set; the extra ones log their accuracy as acc_<name>.
         self.test_metrics = nn.ModuleList(
@@ -98,7 +99,19 @@ class ClassificationTask(pl.LightningModule):
         return loss
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        if self._train_metrics_epoch != self.current_epoch:
+            # A new epoch's train/* start empty. on_train_epoch_end has emptied them, except
+            # after a resume from a checkpoint written at an epoch's last validation: Lightning
+            # then counts that epoch as done without calling on_train_epoch_end.
+            self.train_metrics.reset()
+            self._train_metrics_epoch = self.current_epoch
         return self._shared_step(batch, "train")
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["train_metrics_epoch"] = self._train_metrics_epoch
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self._train_metrics_epoch = checkpoint.get("train_metrics_epoch")
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self._shared_step(batch, "val")
