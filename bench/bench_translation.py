@@ -35,11 +35,11 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from attnexp.data.fra_eng import FraEngDataModule  # noqa: E402
-from attnexp.data.translation_text import BOS_ID, EOS_ID  # noqa: E402
+from attnexp.data.translation_text import BOS_ID, EOS_ID, NEVER_EMITTED  # noqa: E402
 from attnexp.models.seq2seq import Seq2Seq  # noqa: E402
 from attnexp.modules import AdditiveScorer  # noqa: E402
 from attnexp.modules.decoding import beam_search, greedy_decode  # noqa: E402
-from attnexp.tasks.translation import BANNED, MODEL_INPUTS, TranslationTask  # noqa: E402
+from attnexp.tasks.translation import MODEL_INPUTS, TranslationTask  # noqa: E402
 
 LR, LABEL_SMOOTHING, CLIP, ALPHA = 2e-3, 0.1, 1.0, 0.6
 
@@ -119,12 +119,21 @@ def decoding_speed(model: Seq2Seq, batches: list[tuple], args: argparse.Namespac
     model.eval()
     ways = {
         "greedy": lambda ids, mask: greedy_decode(
-            model, ids, mask, BOS_ID, EOS_ID, args.max_len, BANNED
+            model, ids, mask, BOS_ID, EOS_ID, args.max_len, NEVER_EMITTED
         ),
         f"beam{args.beam_size}": lambda ids, mask: [
             n_best[0]
             for n_best in beam_search(
-                model, ids, mask, BOS_ID, EOS_ID, args.max_len, args.beam_size, ALPHA, 1, BANNED
+                model,
+                ids,
+                mask,
+                BOS_ID,
+                EOS_ID,
+                args.max_len,
+                args.beam_size,
+                ALPHA,
+                1,
+                NEVER_EMITTED,
             )
         ],
     }

@@ -53,7 +53,8 @@ def summarise(scores: torch.Tensor, mask: torch.Tensor) -> list[dict]:
 
 @torch.no_grad()
 def mhsa_scores(run: str, texts_file: str) -> dict:
-    cfg = OmegaConf.create({"texts_file": texts_file, "overrides": []})
+    decode = {"beam_size": None, "n_best": 1}  # predict.yaml's: a classifier decodes nothing
+    cfg = OmegaConf.create({"texts_file": texts_file, "overrides": [], "decode": decode})
     predictor = load_predictor(cfg, {}, texts_file_lines(cfg), run)
     attention = next(m for m in predictor.model.modules() if isinstance(m, MultiHeadSelfAttention))
     inputs = {}

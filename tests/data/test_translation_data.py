@@ -106,6 +106,19 @@ def test_embedded_sample_is_used_with_a_note_when_there_is_no_data(tmp_path):
     )
     dm.setup("fit")
     assert dm.source == "sample" and any("sample" in n for n in dm.notes)
+    assert dm.summary["held_out_sources_drawn"] == 150  # sizes that fit are kept
+    assert not any("distinct sources" in n for n in dm.notes)
+
+
+def test_the_sample_caps_the_full_data_held_out_sizes_with_a_note(tmp_path):
+    dm = FraEngDataModule(data_dir=str(tmp_path / "none"), cache_dir=str(tmp_path / "c"))
+    dm.setup("fit")  # the defaults, 1,000 + 2,000 sources, are more than the sample holds
+    (note,) = [n for n in dm.notes if "distinct sources" in n]
+    assert "data.val_sources=1000" in note and "data.test_sources=2000" in note
+    distinct = int(note.split(" has ")[1].split()[0])
+    drawn = dm.summary["held_out_sources_drawn"]
+    assert drawn == int(distinct * 0.1) + int(distinct * 0.2)
+    assert dm.summary["train_sources"] > distinct // 2
 
 
 def test_tokenizer_normalises_saves_and_loads(tmp_path):

@@ -210,7 +210,7 @@ def test_clear_errors_without_traceback(run_dir, capsys, tmp_path):
         (["RUN", "text_a=hi", "text_b=ho"], "text_a=, text_b= do not apply: model=lstm_mhsa"),
         (["RUN", "texts_file=TMP"], "texts_file=.* is a directory"),
         (["RUN", "texts_file=TMP/latin1.txt"], "latin1.txt is not UTF-8 text"),
-        (["RUN", "texts_file=TMP/empty.txt"], r"texts_file=.*empty.txt holds no lines to classify"),
+        (["RUN", "texts_file=TMP/empty.txt"], r"texts_file=.*empty.txt holds no lines to predict"),
         (
             ["RUN", "text=hi", "data.max_seq_len=8"],
             r"data.max_seq_len=8 is not a setting of predict .*'overrides=\[\"data.max_seq_len=8\"\]'",

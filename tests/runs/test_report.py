@@ -949,3 +949,43 @@ def test_both_figures_name_their_axes_and_count_whole_epochs_and_bag_sizes(drawn
     assert (sizes.get_xlabel(), sizes.get_ylabel()) == ("digits per bag (test)", "test accuracy")
     for ax in (val, sizes):
         assert all(tick == int(tick) for tick in ax.get_xticks())
+
+
+def test_translation_runs_show_bleu_and_chrf_in_tables_and_plots(tmp_path):
+    """Translation runs log BLEU/chrF, not accuracy: the tables show them, val BLEU is plotted."""
+    for scorer, bleu in (("additive", 20.0), ("dot", 15.0)):
+        for seed in (0, 1):
+            score = bleu + seed
+            write_run(
+                tmp_path,
+                f"{scorer}_{seed}",
+                seed=seed,
+                overrides=[f"scorer={scorer}", f"seed={seed}"],
+                metrics={
+                    "val/bleu_best": score,
+                    "val/bleu": score,
+                    "test/bleu": score - 1,
+                    "test/bleu_greedy": score - 2,
+                    "test/chrf": 2 * score,
+                    "test/ppl": 9.5,
+                },
+                history=[
+                    {"epoch": i, "step": i + 1, "val/bleu": b, "val/loss": 3.0}
+                    for i, b in enumerate((score / 2, score))
+                ],
+            )
+    written = report.write_report(tmp_path)
+    assert "val_acc" not in written  # no run logged val/acc
+    assert written["val_bleu"].read_bytes()[:4] == b"\x89PNG"
+    text = written["markdown"].read_text()
+    assert "![Validation BLEU per epoch](val_bleu.png)" in text
+    (variants,) = [t for t in text.split("## ") if t.startswith("Variants")]
+    header, _, *rows = [line for line in variants.splitlines() if line.startswith("|")]
+    for metric in ("val/bleu_best", "test/bleu", "test/chrf", "test/ppl"):
+        assert metric in header
+    (additive,) = [r for r in rows if r.startswith("| additive")]
+    cells = [c.strip() for c in additive.split("|")]
+    assert cells[header.split("|").index(" test/bleu ")] == "19.5000 ± 0.7071"
+    assert cells[header.split("|").index(" test/chrf ")] == "41.0000 ± 1.4142"
+    csv_header = written["csv"].read_text().splitlines()[0].split(",")
+    assert "test/bleu_greedy" in csv_header  # the CSV keeps every metric

@@ -111,12 +111,10 @@ def test_multi30k_runs_in_the_configured_direction(compose_cfg, tmp_path, data_d
 
 
 def test_cli_trains_seq2seq_on_the_embedded_sample(tmp_path):
+    """A bare run: the held-out sizes are the full data's defaults, capped on the sample."""
     result = run_cli(
         tmp_path,
         "model=seq2seq",
-        "data=fra_eng",
-        "data.val_sources=50",
-        "data.test_sources=100",
         "model.hidden_size=16",
         "model.embed_dim=16",
         "trainer.max_epochs=1",
@@ -131,9 +129,15 @@ def test_cli_trains_seq2seq_on_the_embedded_sample(tmp_path):
     record = json.loads(record_path.read_text())
     assert record["data_source"] == "sample" and record["status"] == "completed"
     assert any("sample" in w for w in record["warnings"])
+    assert any("data.test_sources=2000" in w for w in record["warnings"])
     assert "test/bleu" in record["metrics"] and "test/bleu" in result.stdout
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(record_path.parent / "tb"))
     events.Reload()
     assert "attention/val_examples" in events.Tags()["images"]
+    # beside the heatmaps, the same probe sentences' translations as text, each validation
+    (tag,) = [t for t in events.Tags()["tensors"] if t.startswith("translations/val_examples")]
+    (text,) = [e.tensor_proto.string_val[0].decode() for e in events.Tensors(tag)]
+    rows = text.splitlines()
+    assert rows[0] == "| source | reference | translation |" and len(rows) > 2

@@ -1,4 +1,5 @@
-"""`python -m attnexp.predict ckpt_path=<ckpt, run dir or runs> text="..."`: classify, show attention.
+"""`python -m attnexp.predict ckpt_path=<ckpt, run dir or runs> text="..."`: classify or translate,
+show attention.
 
 Works for any run whose data's input kind has a predictor that reads raw inputs
 (`attnexp.predictors`: tokens and pairs do; bags do not).
@@ -8,10 +9,12 @@ the model without touching the dataset; the checkpoint's weights are loaded stri
 Inputs: the DataModule's raw fields as `key=value` arguments (`text=...`, or `text_a=... text_b=...`),
 taken verbatim (no Hydra quoting needed), or `texts_file=` with one example per line (fields
 tab-separated; a blank line gets a "no prediction" row). Output: one line per example (label,
-probability, notes), `predictions.jsonl` (with each example's tokens and attention weights, for a
-model with attention), and per-example attention figures (PNG + self-contained HTML) in `out_dir`:
+probability, notes; a translation run: the translation, its score and, with decode.n_best > 1,
+the n-best), `predictions.jsonl` (with each example's tokens and attention weights, for a model
+with attention), and per-example attention figures (PNG + self-contained HTML) in `out_dir`:
 a new folder, never one holding an earlier prediction or inside a training run.
-The exit status is 2 when no input could be classified.
+A translation's heatmap is target x source; its HTML page shades the source once per target token.
+The exit status is 2 when no input could be classified or translated.
 
 `ckpt_path=<a folder of runs>` (a multirun dir, say) compares them: each completed run's best
 checkpoint reads the same inputs, its figures go to `<out_dir>/<run name>/` (a name's "/" as "__",
@@ -55,7 +58,14 @@ def format_result(result: dict) -> str:
     shown = shown if len(shown) <= 70 else shown[:67] + "..."
     if result["problem"] is not None:
         return f"-         (no prediction: {result['problem']})  {shown!r}"
-    lines = [f"{result['label']:<9} {result['probability']:.4f}  {shown!r}"]
+    if "translation" in result:
+        lines = [f"{shown!r} -> {result['translation']!r}  (score {result['score']:.4f})"]
+        lines += [
+            f"          {rank}. {h['translation']!r}  ({h['score']:.4f})"
+            for rank, h in enumerate(result.get("n_best", []), 1)
+        ]
+    else:
+        lines = [f"{result['label']:<9} {result['probability']:.4f}  {shown!r}"]
     lines += [f"          note: {n}" for n in result["notes"]]
     lines += [f"          attention: {f}" for f in result["files"]]
     return "\n".join(lines)
@@ -100,7 +110,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"run {run}:")
         print(format_result(result))
     if all(r["problem"] is not None for r in results):
-        print("error: no input could be classified (why: 'no prediction' above)", file=sys.stderr)
+        print(
+            "error: no input could be classified or translated (why: 'no prediction' above)",
+            file=sys.stderr,
+        )
         return 2
     return 0
 

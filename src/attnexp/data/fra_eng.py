@@ -4,6 +4,9 @@ Sources, tried in this order with `data.source=auto`:
 - local: `<data_dir>/fra-eng/fra.txt`, one pair per line: English<TAB>French[<TAB>attribution].
 - hub (online only): the d2l.ai archive `fra-eng.zip`, downloaded into the cache folder.
 - sample: the first 5,000 pairs, shipped in the package with their CC-BY attribution (WARNING).
+  It holds about 2,800 distinct sources, fewer than the full file's default 1,000 + 2,000 held
+  out: on the sample, val_sources and test_sources are capped at 10% and 20% of its distinct
+  sources (WARNING, recorded), so a bare run works and still trains on most of it.
 
 The split is by source sentence: the file holds many translations of one sentence ("Go." has
 several), so a random split of pairs would test on sources seen in training. Distinct sources are
@@ -29,6 +32,7 @@ log = logging.getLogger(__name__)
 FILE_NAME = "fra.txt"
 SAMPLE_NAME = "fra_eng_sample.txt"
 DOWNLOAD_URL = "http://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip"
+SAMPLE_HELD_OUT = {"val_sources": 0.1, "test_sources": 0.2}  # caps, as shares of its sources
 
 
 def read_fra(path: Path) -> list[tuple[str, str]]:
@@ -159,8 +163,11 @@ class FraEngDataModule(TranslationDataModule):
         if self.src == "fr":
             pairs = [(fr, en) for en, fr in pairs]
         kept = length_filter(pairs, self.max_tokens)
+        sizes = {"val_sources": self.val_sources, "test_sources": self.test_sources}
+        if self.source == "sample":
+            sizes = self._sample_sizes(kept, sizes)
         splits, counts = split_by_source(
-            kept, self.val_sources, self.test_sources, self.split_seed, self.train_head
+            kept, sizes["val_sources"], sizes["test_sources"], self.split_seed, self.train_head
         )
         self.summary.update(pairs_read=len(pairs), pairs_after_length_filter=len(kept), **counts)
         if counts["test_sources_in_train"]:
@@ -168,6 +175,21 @@ class FraEngDataModule(TranslationDataModule):
                 f"split by source left {counts['test_sources_in_train']} test sources in train"
             )
         return splits
+
+    def _sample_sizes(self, pairs: list[tuple[str, str]], sizes: dict[str, int]) -> dict[str, int]:
+        """The held-out sizes capped to the sample's shares (SAMPLE_HELD_OUT); a cap is noted."""
+        distinct = len({normalize_sentence(source) for source, _ in pairs})
+        capped = {k: min(v, max(1, int(distinct * SAMPLE_HELD_OUT[k]))) for k, v in sizes.items()}
+        if capped != sizes:
+            asked = ", ".join(f"data.{k}={v}" for k, v in sizes.items())
+            used = " and ".join(f"{v} {k.split('_')[0]}" for k, v in capped.items())
+            shares = " and ".join(f"{share:.0%}" for share in SAMPLE_HELD_OUT.values())
+            self.note(
+                f"fra-eng: the embedded sample has {distinct} distinct sources, too few for "
+                f"{asked}: holding out {used} sources (at most {shares} of them; set "
+                f"data.val_sources / data.test_sources lower to choose)"
+            )
+        return capped
 
     def _local_file(self, folder: Path) -> Path:
         path = folder / FILE_NAME

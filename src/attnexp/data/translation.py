@@ -6,6 +6,7 @@ A batch: `src_ids`, `src_mask` (B, S); `tgt_in` ([BOS] y), `tgt_out` (y [EOS]), 
 one pair per source whose translation is scored (on a fixed subset of sources for validation).
 """
 
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 
 SIDES = ("src", "tgt")
 STAGES = ("train", "val", "test")
+SIZES_FILE = "translation_sizes.json"  # in the run dir: the sizes the model was built with
 
 
 @dataclass
@@ -192,6 +194,7 @@ class TranslationDataModule(AttnDataModule):
         self.datasets: dict[str, PairDataset] = {}
         # Sizes and checks of the data as split: recorded in the run's metrics.json.
         self.summary: dict[str, Any] = {}
+        self.saved_sizes: dict[str, int] | None = None  # a run dir's SIZES_FILE (predict)
 
     # ------------------------------------------------------------------ subclass API
     def load_splits(self) -> dict[str, list[tuple[str, str]]]:
@@ -202,6 +205,9 @@ class TranslationDataModule(AttnDataModule):
     # ------------------------------------------------------------------ setup
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
+            return
+        if stage == "predict" and self.saved_sizes is not None:
+            self._load_tokenizers(Path(self.tokenizer_path))  # raw sources only: no split read
             return
         raw = self.load_splits()
         self.data_hash = data_hash({k: tuple(zip(*v, strict=True)) for k, v in raw.items() if v})
@@ -266,9 +272,14 @@ class TranslationDataModule(AttnDataModule):
     def save_artifacts(self, run_dir: str) -> None:
         for side, tokenizer in self.tokenizers.items():
             write_tokenizer(tokenizer, Path(run_dir) / f"tokenizer_{side}.json")
+        sizes = {"max_len": self.model_kwargs["max_len"]}
+        (Path(run_dir) / SIZES_FILE).write_text(json.dumps(sizes) + "\n", encoding="utf-8")
 
     def load_artifacts(self, run_dir: str) -> None:
         self.tokenizer_path = run_dir
+        sizes = Path(run_dir) / SIZES_FILE
+        if sizes.is_file():  # else setup reads the data, which gives them
+            self.saved_sizes = json.loads(sizes.read_text(encoding="utf-8"))
 
     def _load_tokenizers(self, folder: Path) -> None:
         for side in SIDES:
@@ -280,11 +291,15 @@ class TranslationDataModule(AttnDataModule):
     # ------------------------------------------------------------------ what the task reads
     @property
     def model_kwargs(self) -> dict[str, Any]:
-        longest = max(int(d.lengths.max()) for d in self.datasets.values())
+        if self.datasets:
+            longest = max(int(d.lengths.max()) for d in self.datasets.values())
+            max_len = max(64, 2 * longest)
+        else:  # predict: as saved by the run
+            max_len = self.saved_sizes["max_len"]
         return {
             "src_vocab_size": self.tokenizers["src"].get_vocab_size(),
             "tgt_vocab_size": self.tokenizers["tgt"].get_vocab_size(),
-            "max_len": max(64, 2 * longest),
+            "max_len": max_len,
         }
 
     @property

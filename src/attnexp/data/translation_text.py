@@ -17,6 +17,7 @@ from attnexp.errors import ConfigError
 BOS, EOS = "[BOS]", "[EOS]"
 SPECIAL_TOKENS = (PAD, UNK, BOS, EOS)  # ids 0..3, in this order
 BOS_ID, EOS_ID = 2, 3
+NEVER_EMITTED = (PAD_ID, BOS_ID)  # no translation holds them: decoding bans them
 TOKENIZERS = ("word", "bpe")
 PUNCTUATION = r"[,.!?]"  # d2l's: split off as tokens of their own
 NO_BREAK_SPACES = ("\u202f", "\xa0")  # French puts a narrow no-break space before ! ? ; :

@@ -7,6 +7,8 @@ from typing import Any
 import torch
 from matplotlib.figure import Figure
 
+from attnexp.predictors.answers import BatchAnswer, classify_batch
+
 View = tuple[list[str], dict[str, torch.Tensor]]  # an example's tokens, their weight per view
 LABEL_NAMES = ("not similar", "similar")
 
@@ -51,6 +53,9 @@ class PairPredictor:
         return self.data.encode_texts(
             [e["text_a"] for e in examples], [e["text_b"] for e in examples]
         )
+
+    def predict_batch(self, model: torch.nn.Module, batch: dict) -> BatchAnswer:
+        return classify_batch(model, batch, self.prediction_label)
 
     def prediction_label(self, class_index: int) -> str:
         return LABEL_NAMES[class_index]

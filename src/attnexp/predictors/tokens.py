@@ -8,6 +8,7 @@ import torch
 from matplotlib.figure import Figure
 
 from attnexp.data.text import UNK_ID, encode_texts, truncate
+from attnexp.predictors.answers import BatchAnswer, classify_batch
 
 View = tuple[list[str], dict[str, torch.Tensor]]  # an example's tokens, their weight per view
 
@@ -56,6 +57,9 @@ class TokenPredictor:
     def encode_raw(self, examples: list[dict[str, str]]) -> dict[str, torch.Tensor]:
         """Raw examples -> a model batch (no labels), exactly as in training."""
         return self.data.encode([e["text"] for e in examples])
+
+    def predict_batch(self, model: torch.nn.Module, batch: dict) -> BatchAnswer:
+        return classify_batch(model, batch, self.prediction_label)
 
     def prediction_label(self, class_index: int) -> str:
         return self.data.labels[class_index]

@@ -1,6 +1,6 @@
 """The work of `python -m attnexp.predict` (see `attnexp.predict`, its command line): load a run's
-model and DataModule from its saved config and artifacts, classify raw inputs, write
-predictions.jsonl and the attention figures.
+model and DataModule from its saved config and artifacts, classify (or translate) raw inputs,
+write predictions.jsonl and the attention figures.
 """
 
 import json
@@ -48,6 +48,9 @@ def check_predict_settings(cfg: DictConfig) -> None:
         require_positive(key, cfg[key])
     for key in ("figures", "attention"):
         require_bool(key, cfg[key])
+    if cfg.decode.beam_size is not None:
+        require_positive("decode.beam_size", cfg.decode.beam_size)
+    require_positive("decode.n_best", cfg.decode.n_best)
     try:
         device = torch.device(cfg.device)
     except RuntimeError as err:
@@ -115,8 +118,8 @@ def raw_fields_of(run_cfg: DictConfig, model_name: str | None) -> tuple[str, ...
     if not fields:
         raise ConfigError(
             f"model={model_name} reads no raw text (its data, {run_cfg.data._target_}, has no "
-            f"raw_fields): predict works on text models (IMDB, LCQMC); test this run with "
-            f"python -m attnexp.evaluate ckpt_path=..."
+            f"raw_fields): predict works on text models (IMDB, LCQMC, translation); test this "
+            f"run with python -m attnexp.evaluate ckpt_path=..."
         )
     return fields
 
@@ -193,7 +196,7 @@ def read_examples(
             examples.append(dict(zip(fields, parts, strict=True)))
     if not examples and lines is not None:
         raise ConfigError(
-            f"texts_file={cfg.texts_file} holds no lines to classify (give a file with one "
+            f"texts_file={cfg.texts_file} holds no lines to predict (give a file with one "
             f"example per line, or {' '.join(f'{f}=...' for f in fields)})"
         )
     if not examples:
@@ -203,15 +206,35 @@ def read_examples(
     return examples
 
 
+def decode_settings(cfg: DictConfig, run_cfg: DictConfig, model_name: str | None) -> dict:
+    """How a translation run decodes: its decode.* as trained, with predict's decode.beam_size
+    (where given) and decode.n_best; {} for a run that does not decode (a classifier)."""
+    asked = {"n_best": cfg.decode.n_best}
+    if cfg.decode.beam_size is not None:
+        asked["beam_size"] = cfg.decode.beam_size
+    if "decode" not in run_cfg:
+        if cfg.decode.beam_size is not None or cfg.decode.n_best != 1:
+            raise ConfigError(
+                f"decode.beam_size={cfg.decode.beam_size}, decode.n_best={cfg.decode.n_best}: "
+                f"decoding settings apply to translation runs, and model={model_name} classifies "
+                f"(drop decode.*)"
+            )
+        return {}
+    trained = {k: run_cfg.decode[k] for k in ("beam_size", "alpha", "max_len")}
+    return {**trained, **asked}
+
+
 @dataclass
 class Predictor:
-    """A run loaded for predicting: its DataModule, its model, and the examples it will read."""
+    """A run loaded for predicting: its DataModule, its model, the examples it will read, and
+    how it decodes (translation; {} for a classifier)."""
 
     run_dir: Path
     ckpt: Path
     datamodule: AttnDataModule
     model: torch.nn.Module
     examples: list[dict[str, str]]
+    decode: dict
 
 
 def predict(cfg: DictConfig, raw: dict[str, str]) -> list[dict]:
@@ -239,7 +262,7 @@ def predict(cfg: DictConfig, raw: dict[str, str]) -> list[dict]:
         figures_dir = out_dir if name is None else out_dir / folders[name]
         # compare.html shades the weights whether or not predictions.jsonl keeps them
         with_attention = cfg.attention or (name is not None and cfg.figures)
-        run_results = classify(cfg, predictor, figures_dir, with_attention)
+        run_results = predict_examples(cfg, predictor, figures_dir, with_attention)
         results += [r if name is None else {"run": name, **r} for r in run_results]
         log.info("checkpoint %s (run %s)", predictor.ckpt, predictor.run_dir)
     with open(out_dir / PREDICTIONS_FILE, "w", encoding="utf-8") as f:
@@ -306,9 +329,12 @@ def load_compared(
 
 
 def run_caption(run: Run) -> str:
-    """What compare.html says of a run beside its name: its test accuracy, as its record has it."""
-    acc = run.metrics.get("test/acc")
-    return "" if acc is None else f"test/acc {acc:.4f}"
+    """What compare.html says of a run beside its name: its test BLEU (a translation run: its
+    test/acc is a token accuracy), else its test accuracy, as its record has it."""
+    for key in ("test/bleu", "test/acc"):
+        if key in run.metrics:
+            return f"{key} {run.metrics[key]:.4f}"
+    return ""
 
 
 def figure_folders(run_names: list[str]) -> dict[str, str]:
@@ -352,18 +378,20 @@ def load_predictor(
     check_config(run_cfg, choices)
     model_name = choices.get("model")
     examples = read_examples(cfg, raw, lines, raw_fields_of(run_cfg, model_name), model_name)
+    decode = decode_settings(cfg, run_cfg, model_name)
     weights = read_weights(ckpt)  # not a checkpoint: said before, not as a run setting
     with run_settings_hint("predict"):
         datamodule, model = load_model(run_cfg, run_dir, ckpt, weights)
-    return Predictor(run_dir, ckpt, datamodule, model, examples)
+    return Predictor(run_dir, ckpt, datamodule, model, examples, decode)
 
 
-def classify(
+def predict_examples(
     cfg: DictConfig, predictor: Predictor, out_dir: Path, with_attention: bool
 ) -> list[dict]:
-    """Each example's label, probabilities, notes, figure files and (`with_attention`, for a model
-    with attention) tokens and attention weights; the figures go to `out_dir`. The model is on
-    `cfg.device` while it classifies: a comparison holds one run's model there at a time."""
+    """Each example's answer (label and probabilities, or translation and score: the predictor's
+    `predict_batch`), notes, figure files and (`with_attention`, for a model with attention)
+    tokens and attention weights; the figures go to `out_dir`. The model is on `cfg.device` while
+    it predicts: a comparison holds one run's model there at a time."""
     examples, reader = predictor.examples, predictor_for(predictor.datamodule)
     model = predictor.model.to(cfg.device)
     results = [{"input": ex, "problem": reader.check_raw(ex)} for ex in examples]
@@ -374,9 +402,8 @@ def classify(
             k: v.to(cfg.device) for k, v in reader.encode_raw([examples[i] for i in chunk]).items()
         }
         with torch.no_grad():
-            output = model(**batch, return_attention=True)
-        logits, attention = output.logits, output.attention
-        probs = logits.float().softmax(-1).cpu()
+            answer = reader.predict_batch(model, batch, **predictor.decode)
+        attention = answer.attention
         stems = [
             out_dir / f"example{i:04d}" if cfg.figures and i < cfg.max_figures else None
             for i in chunk
@@ -386,13 +413,14 @@ def classify(
             out_dir.mkdir(parents=True, exist_ok=True)
         # each token's weight per view, worked out once for the figures and the results
         views = reader.prediction_attention(batch, attention) if with_attention or drawn else []
-        files = reader.prediction_figures(batch, probs, attention, views, stems) if drawn else []
+        files = (
+            reader.prediction_figures(batch, answer.scores, attention, views, stems)
+            if drawn
+            else []
+        )
         for row, i in enumerate(chunk):
-            label = int(probs[row].argmax())
             results[i].update(
-                label=reader.prediction_label(label),
-                probability=round(float(probs[row, label]), 4),
-                probabilities=[round(float(p), 4) for p in probs[row]],
+                **answer.fields[row],
                 notes=reader.raw_notes(examples[i]),
                 files=[
                     str(f) for f in files if stems[row] is not None and f.stem == stems[row].name

@@ -2,7 +2,8 @@
 
 Writes into <dir>: `report.csv` (one row per run: its varied settings, status, final metrics),
 `report.md` (the runs, and mean +- std over seeds for each variant) and PNG plots (validation
-accuracy per epoch for each variant; accuracy against bag size for bag runs). Reads only the
+accuracy per epoch for each variant, and BLEU for translation runs; accuracy against bag size for
+bag runs). Reads only the
 runs' `metrics.json` and `.hydra/`, so it works on incomplete sweeps and on runs still going
 (their last epoch is shown and the status says `running`, or `killed` where the process that
 wrote `running` is gone from this machine).
@@ -35,8 +36,17 @@ from attnexp.runs.sweeps import planned_jobs
 
 log = logging.getLogger(__name__)
 
-# Shown in the Markdown tables when present (the CSV has every metric).
-MAIN_METRICS = ("val/acc_best", "val/acc", "test/acc", "test/acc_variable", "test/f1")
+# Shown in the Markdown tables when present (the CSV has every metric); translation runs' BLEU
+# and chrF are those of the task's main decoding (beam, or greedy with decode.beam_size=1).
+MAIN_METRICS = (
+    *("val/acc_best", "val/acc", "test/acc", "test/acc_variable", "test/f1"),
+    *("val/bleu_best", "val/bleu", "test/bleu", "test/chrf", "test/ppl"),
+)
+# Per-epoch validation plots: (metric, file stem, report.md section title, y-axis label).
+VAL_PLOTS = (
+    ("val/acc", "val_acc", "Validation accuracy per epoch", "validation accuracy"),
+    ("val/bleu", "val_bleu", "Validation BLEU per epoch", "validation BLEU (greedy)"),
+)
 BAG_METRIC = re.compile(r"^test/acc_bag(\d+)$")
 TITLE = "# Report: "  # report.md's first line names the folder of runs it reports on
 
@@ -265,9 +275,10 @@ def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
         writer.writeheader()
         writer.writerows(rows)
 
-    val = val_curves(runs)
-    if val:
-        written["val_acc"] = plot_val_curves(val, out_dir / "val_acc.png")
+    for metric, stem, _, label in VAL_PLOTS:
+        curves = val_curves(runs, metric)
+        if curves:
+            written[stem] = plot_val_curves(curves, out_dir / f"{stem}.png", ylabel=label)
     bags = bag_size_curves(runs)
     if bags:
         written["bag_size"] = plot_bag_sizes(bags, out_dir / "acc_vs_bag_size.png")
@@ -316,7 +327,7 @@ def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
         title = f"## Evaluation records ({len(evaluations)}, not counted as runs)"
         parts += [title, "", evaluations_markdown(evaluations), ""]
     for key, title in (
-        ("val_acc", "Validation accuracy per epoch"),
+        *((stem, title) for _, stem, title, _ in VAL_PLOTS),
         ("bag_size", "Test accuracy against bag size"),
     ):
         if key in written:

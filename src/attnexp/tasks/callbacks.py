@@ -42,7 +42,8 @@ def tensorboard_writers(trainer: pl.Trainer) -> list:
 
 
 class AttentionFigures(pl.Callback):
-    """After each validation epoch, draw the attention of a fixed probe batch (tag `attention/...`).
+    """After each validation epoch, draw the attention of a fixed probe batch (tag `attention/...`);
+    a predictor with `probe_texts` also logs them as text (translation: `translations/...`).
 
     The DataModule chooses the probe examples (`probe_batch`) and the predictor of its input kind
     draws the figure (`attnexp.predictors`), so one callback serves bags, reviews and pairs.
@@ -65,20 +66,28 @@ class AttentionFigures(pl.Callback):
             return
         batch = {k: v.to(pl_module.device) if torch.is_tensor(v) else v for k, v in batch.items()}
         inputs = {k: v for k, v in batch.items() if k != "labels"}
+        predictor = predictor_for(datamodule)
         was_training = pl_module.training
         pl_module.eval()
         with torch.no_grad(), full_parameters(trainer):
             output = pl_module.model(**inputs, return_attention=True)
+            # what the model makes of the probes in words (translation: its translations)
+            texts = (
+                predictor.probe_texts(batch, pl_module) if hasattr(predictor, "probe_texts") else {}
+            )
         pl_module.train(was_training)
-        figures = predictor_for(datamodule).attention_figure(batch, output.logits, output.attention)
-        if figures is None:
-            return
-        if not isinstance(figures, dict):
+        figures = predictor.attention_figure(batch, output.logits, output.attention)
+        if figures is not None and not isinstance(figures, dict):
             figures = {"attention/val_examples": figures}
+        if not texts and not figures:
+            return
         # At the step of the val/* points (Lightning's logger step), before the checkpoint's global
         # step: a resumed run's TensorBoard purge (tasks/loggers.py) hides what is at or after that.
         step = trainer.fit_loop.epoch_loop._batches_that_stepped
-        for tag, figure in figures.items():
+        for tag, text in texts.items():
+            for writer in writers:
+                writer.add_text(tag, text, global_step=step)
+        for tag, figure in (figures or {}).items():
             for writer in writers:
                 writer.add_figure(tag, figure, global_step=step, close=False)
             plt.close(figure)

@@ -16,8 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnexp.data.text import PAD_ID
-from attnexp.data.translation_text import BOS_ID, EOS_ID, words
+from attnexp.data.translation_text import BOS_ID, EOS_ID, NEVER_EMITTED, words
 from attnexp.errors import ConfigError, require_positive
 from attnexp.modules.decoding import beam_search, greedy_decode
 from attnexp.tasks.optim import build_optimizer, with_schedule
@@ -25,7 +24,6 @@ from attnexp.tasks.translation_metrics import d2l_bleu, sacrebleu_scores
 
 log = logging.getLogger(__name__)
 MODEL_INPUTS = ("src_ids", "src_mask", "tgt_in")
-BANNED = (PAD_ID, BOS_ID)  # never part of a translation: no decoder emits them
 
 
 class TranslationTask(pl.LightningModule):
@@ -77,7 +75,6 @@ class TranslationTask(pl.LightningModule):
         self.results: dict = {}  # signatures and probe translations, for the run's record
         self._sums: dict[str, torch.Tensor] = {}
         self._hypotheses: dict[str, dict[int, str]] = {}
-        self.datamodule = None  # set outside a Trainer (predict) to translate raw texts
 
     def forward(self, **inputs: torch.Tensor):
         return self.model(**inputs)
@@ -148,47 +145,14 @@ class TranslationTask(pl.LightningModule):
                 self.max_len,
                 self.beam_size,
                 self.alpha,
-                banned_ids=BANNED,
+                banned_ids=NEVER_EMITTED,
             )
             return [hyps[0].tokens for hyps in best]
         return [
             h.tokens
             for h in greedy_decode(
-                self.model, src_ids, src_mask, BOS_ID, EOS_ID, self.max_len, BANNED
+                self.model, src_ids, src_mask, BOS_ID, EOS_ID, self.max_len, NEVER_EMITTED
             )
-        ]
-
-    @torch.no_grad()
-    def translate_texts(self, texts: list[str], n_best: int = 1) -> list[list[dict]]:
-        """Raw source sentences -> per sentence its n_best translations (text, score, tokens
-        and target x source attention), best first: what predict prints and draws."""
-        datamodule = self.trainer.datamodule if self._trainer is not None else self.datamodule
-        batch = datamodule.encode_sources(texts)
-        src_ids, src_mask = (batch[k].to(self.device) for k in ("src_ids", "src_mask"))
-        self.model.eval()
-        found = beam_search(
-            self.model,
-            src_ids,
-            src_mask,
-            BOS_ID,
-            EOS_ID,
-            self.max_len,
-            max(self.beam_size, n_best),
-            self.alpha,
-            n_best,
-            BANNED,
-        )
-        return [
-            [
-                {
-                    "text": datamodule.decode_target(h.tokens),
-                    "score": h.score,
-                    "tokens": [datamodule.tokenizers["tgt"].id_to_token(i) for i in h.tokens],
-                    "attention": h.attention,
-                }
-                for h in hyps
-            ]
-            for hyps in found
         ]
 
     # ------------------------------------------------------------------ epoch ends

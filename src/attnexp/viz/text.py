@@ -128,7 +128,7 @@ def save_comparison(
     results: list[dict], captions: dict[str, str], path: Path, max_examples: int
 ) -> Path:
     """predict over a folder of runs: per example (the first `max_examples`), each run's label
-    and probability, then its tokens shaded per view, so the runs' attention reads side by side.
+    and probability (or translation and score), then its tokens shaded per view, so the runs' attention reads side by side.
     `results`: predict's rows, each with its `run`, in the order the runs were read; `captions`:
     what to say of each run beside its name (its test accuracy, say)."""
     by_run: dict[str, list[dict]] = {}
@@ -146,7 +146,11 @@ def save_comparison(
             if row["problem"] is not None:
                 body.append(f"<p>{name}: no prediction ({html.escape(row['problem'])})</p>")
                 continue
-            answer = f"{row['label']} {row['probability']:.4f}"
+            answer = (
+                f"{row['translation']} (score {row['score']:.4f})"
+                if "translation" in row
+                else f"{row['label']} {row['probability']:.4f}"
+            )
             attention = "" if "attention" in row else " (no attention)"
             body.append(f"<p>{name}: {html.escape(answer)}{attention}</p>")
             body += _view_paragraphs(row.get("tokens", []), row.get("attention", {}))
