@@ -350,6 +350,7 @@ class TranslationDataModule(AttnDataModule):
             num_workers=self.num_workers,
             pool_batches=self.pool_batches,
             resume_at=self.resume_position() if stage == "train" else None,
+            pin_memory=self.pins_memory(),
         )
 
     def train_dataloader(self):

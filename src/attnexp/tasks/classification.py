@@ -15,7 +15,7 @@ from torchmetrics import MetricCollection
 from attnexp.errors import ConfigError
 from attnexp.models.output import ModelOutput
 from attnexp.tasks.metrics import ClassificationStats
-from attnexp.tasks.optim import build_optimizer, with_schedule
+from attnexp.tasks.optim import Optimized
 
 
 def split_batch(batch: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -23,7 +23,7 @@ def split_batch(batch: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor]
     return inputs, batch["labels"]
 
 
-class ClassificationTask(pl.LightningModule):
+class ClassificationTask(Optimized, pl.LightningModule):
     """Cross-entropy training with accuracy (and macro F1) per stage.
 
     Args:
@@ -170,19 +170,3 @@ class ClassificationTask(pl.LightningModule):
         )
         if note not in self.notes:
             self.notes.append(note)
-
-    def build_optimizer(self) -> torch.optim.Optimizer:
-        """The optimizer over `param_groups`: also what a resumed run's saved optimizer state is
-        tried on before fit (train.check_resume_fits)."""
-        try:
-            trainer = self.trainer
-        except RuntimeError:  # not attached: the optimizer a resumed run's state is tried on
-            trainer = None
-        return build_optimizer(self.optimizer_factory, self.model, self.weight_decay, trainer)
-
-    def configure_optimizers(self):
-        return with_schedule(
-            self.build_optimizer(),
-            self.scheduler_factory,
-            lambda: self.trainer.estimated_stepping_batches,
-        )

@@ -112,3 +112,25 @@ def with_schedule(
         return optimizer
     scheduler = scheduler_factory(optimizer, num_training_steps=int(total_steps()))
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+class Optimized:
+    """A task's `build_optimizer` and `configure_optimizers`, for a LightningModule that keeps
+    `optimizer_factory`, `scheduler_factory`, `model` and `weight_decay` (listed before
+    pl.LightningModule among its bases)."""
+
+    def build_optimizer(self) -> torch.optim.Optimizer:
+        """The optimizer over `param_groups`: also what a resumed run's saved optimizer state is
+        tried on before fit (train.check_resume_fits)."""
+        try:
+            trainer = self.trainer
+        except RuntimeError:  # not attached: the optimizer a resumed run's state is tried on
+            trainer = None
+        return build_optimizer(self.optimizer_factory, self.model, self.weight_decay, trainer)
+
+    def configure_optimizers(self):
+        return with_schedule(
+            self.build_optimizer(),
+            self.scheduler_factory,
+            lambda: self.trainer.estimated_stepping_batches,
+        )

@@ -19,14 +19,14 @@ from torch import nn
 from attnexp.data.translation_text import BOS_ID, EOS_ID, NEVER_EMITTED, words
 from attnexp.errors import ConfigError, require_positive
 from attnexp.modules.decoding import beam_search, greedy_decode
-from attnexp.tasks.optim import build_optimizer, with_schedule
+from attnexp.tasks.optim import Optimized
 from attnexp.tasks.translation_metrics import d2l_bleu, sacrebleu_scores
 
 log = logging.getLogger(__name__)
 MODEL_INPUTS = ("src_ids", "src_mask", "tgt_in")
 
 
-class TranslationTask(pl.LightningModule):
+class TranslationTask(Optimized, pl.LightningModule):
     """Args:
     model: an encoder-decoder with forward(src_ids, src_mask, tgt_in) -> ModelOutput and the
         start/step interface of modules/decoding.py.
@@ -228,14 +228,3 @@ class TranslationTask(pl.LightningModule):
             log.info("%s => %s, bleu %.3f", source, text, score)
         self.results["probe_translations"] = shown
         return metrics
-
-    # ------------------------------------------------------------------ optimiser
-    def build_optimizer(self) -> torch.optim.Optimizer:
-        return build_optimizer(self.optimizer_factory, self.model, self.weight_decay)
-
-    def configure_optimizers(self):
-        return with_schedule(
-            self.build_optimizer(),
-            self.scheduler_factory,
-            lambda: self.trainer.estimated_stepping_batches,
-        )
