@@ -64,6 +64,24 @@ def test_padded_equals_packed_with_final_states_and_gradients(case):
         torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("bidirectional", [False, True], ids=["uni", "bi"])
+def test_an_lstm_without_its_final_cell_gives_the_same_states(bidirectional):
+    """final_cell=False (the classifier's BiLSTM) skips the hold feature: same outputs and h_n,
+    gradients included, and no c_n."""
+    torch.manual_seed(0)
+    rnn = nn.LSTM(E, H, 2, batch_first=True, bidirectional=bidirectional)
+    inputs = torch.randn(B, T, E, requires_grad=True)
+    lean = run_padded(rnn, inputs, LENGTHS, final_cell=False)
+    reference = packed(rnn, inputs, LENGTHS)
+    assert lean.cell is None
+    torch.testing.assert_close(lean.states, reference[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(lean.hidden, reference[1], rtol=1e-5, atol=1e-6)
+    ours = gradients(rnn, inputs, lean.states, lean.hidden, None)
+    theirs = gradients(rnn, inputs, reference[0], reference[1], None)
+    for a, b in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_padding_content_changes_nothing_and_gets_no_gradient(case):
     """Padding holds whatever the batch put there: the outputs, the final states and the

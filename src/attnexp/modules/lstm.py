@@ -107,4 +107,4 @@ class LSTMEncoder(nn.Module):
         return out  # (B, T, D)
 
     def _reversed(self, embedded: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        return run_padded(self.lstm, embedded, lengths).states  # (B, T, D)
+        return run_padded(self.lstm, embedded, lengths, final_cell=False).states  # (B, T, D)

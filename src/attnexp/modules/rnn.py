@@ -44,12 +44,15 @@ class PaddedRNNOutput(NamedTuple):
 
 
 def run_padded(
-    rnn: nn.GRU | nn.LSTM, inputs: torch.Tensor, lengths: torch.Tensor
+    rnn: nn.GRU | nn.LSTM, inputs: torch.Tensor, lengths: torch.Tensor, final_cell: bool = True
 ) -> PaddedRNNOutput:
     """Run `rnn` (batch_first, with biases) over inputs (B, T, E) whose sequence b is real on its
-    first lengths[b] >= 1 steps (a device tensor (B,)); equal to running it on packed input."""
+    first lengths[b] >= 1 steps (a device tensor (B,)); equal to running it on packed input.
+    `final_cell=False`: an LSTM's c_n is not needed (cell None), so no hold feature is added and
+    the input keeps its width (E, not E + 1: cuDNN's GEMMs prefer multiples of 8)."""
     B, T, _ = inputs.shape
     is_lstm = isinstance(rnn, nn.LSTM)
+    holds = is_lstm and final_cell
     positions = torch.arange(T, device=inputs.device).expand(B, T)  # (B, T)
     real = positions < lengths[:, None]  # (B, T)
     # Step t of sequence b <-> step len_b - 1 - t; padding stays where it is.
@@ -68,12 +71,13 @@ def run_padded(
             # (B, T, E): the backward direction reads each sequence reversed within its length
             step_inputs = x.gather(1, flip[..., None].expand_as(x)) if suffix else x
             if is_lstm:
-                weights[0] = torch.cat([weights[0], _hold_column(weights[0])], dim=1)
-                step_inputs = torch.cat([step_inputs, padding.to(step_inputs.dtype)], dim=-1)
+                if holds:
+                    weights[0] = torch.cat([weights[0], _hold_column(weights[0])], dim=1)
+                    step_inputs = torch.cat([step_inputs, padding.to(step_inputs.dtype)], dim=-1)
                 out, _, c = torch.lstm(
                     step_inputs, (zeros, zeros), weights, True, 1, 0.0, rnn.training, False, True
                 )
-                cell.append(c[0])  # (B, H)
+                cell.append(c[0])  # (B, H): c at the true length only when held
             else:
                 out, _ = torch.gru(
                     step_inputs, zeros, weights, True, 1, 0.0, rnn.training, False, True
@@ -86,7 +90,7 @@ def run_padded(
     return PaddedRNNOutput(
         x * real[..., None],
         torch.stack(hidden),
-        torch.stack(cell) if is_lstm else None,
+        torch.stack(cell) if holds else None,
     )
 
 
