@@ -68,3 +68,46 @@ def run_counting_imports(
     }
     result.stderr = "\n".join(line for line in lines if not line.startswith("import time:"))
     return result, imported
+
+
+def run_cli_in_process(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """`python -m attnexp <args>` as run_cli runs it, but in this process: for a run that a test
+    only needs as its starting point (a run dir to evaluate, resume or hold), where a new
+    interpreter would add the import of torch and Lightning and test nothing more. The logging
+    Hydra sets up, the torch threads and the working dir are put back afterwards."""
+    import contextlib
+    import io
+    import logging
+
+    import torch
+    from hydra.core.global_hydra import GlobalHydra
+
+    from attnexp.cli.train import cli
+
+    (tmp_path / "data").mkdir(exist_ok=True)
+    flags = [a for a in args if a.startswith("-")]
+    overrides = [a for a in args if not a.startswith("-")]
+    argv = ["attnexp", *flags, f"paths.log_dir={tmp_path}/outputs"]
+    argv += [f"paths.data_dir={tmp_path}/data", *overrides]
+    root = logging.getLogger()
+    handlers, level, threads = root.handlers[:], root.level, torch.get_num_threads()
+    saved_argv, cwd = sys.argv, Path.cwd()
+    stdout, stderr, code = io.StringIO(), io.StringIO(), 0
+    try:
+        os.chdir(tmp_path)
+        sys.argv = argv
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            cli()
+    except SystemExit as end:
+        code = end.code if isinstance(end.code, int) else 1
+    finally:
+        sys.argv = saved_argv
+        os.chdir(cwd)
+        for handler in root.handlers:
+            if handler not in handlers:
+                handler.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        torch.set_num_threads(threads)
+        GlobalHydra.instance().clear()
+    return subprocess.CompletedProcess(argv, code, stdout.getvalue(), stderr.getvalue())

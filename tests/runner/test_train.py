@@ -17,7 +17,7 @@ import pytorch_lightning as pl
 import torch
 import yaml
 from analysis_helpers import load_analysis
-from cli_helpers import TINY, run_cli
+from cli_helpers import TINY, run_cli, run_cli_in_process
 from conftest import CONF_DIR
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from hydra.utils import instantiate
@@ -205,7 +205,7 @@ def test_evaluate_says_when_the_data_changed_since_training(tmp_path):
     """Test labels flipped after training: evaluate showed its accuracy beside the run's as if
     both were of the same data."""
     folder = write_mnist(tmp_path / "data", num_train=240, num_test=120)
-    assert run_cli(tmp_path, *TINY, "data.source=local").returncode == 0
+    assert run_cli_in_process(tmp_path, *TINY, "data.source=local").returncode == 0
     (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
     labels = (9 - np.arange(120) % 10).astype(np.uint8)
     (folder / FILES["test"][1]).write_bytes(gzip.compress(idx_bytes(labels)))
@@ -363,7 +363,7 @@ def test_evaluate_tests_on_the_runs_kind_of_data(tmp_path):
 
 
 def test_evaluate_refuses_other_data_before_loading_it(tmp_path):
-    run = run_cli(tmp_path, *TINY, "data.source=auto")  # no mnist/ and offline: the sample
+    run = run_cli_in_process(tmp_path, *TINY, "data.source=auto")  # no mnist/, offline: the sample
     assert run.returncode == 0, run.stderr[-2000:]
     (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
     (tmp_path / "other" / "mnist").mkdir(parents=True)  # would be read; holds no files
@@ -387,7 +387,7 @@ def test_resume_auto_then_a_run_dir(tmp_path):
     default's cosine schedule spans max_epochs, so a run resumed for more epochs than it started
     with follows another schedule than a run started for them."""
     tmp, book = tmp_path, [*TINY, "~recipe"]
-    assert run_cli(tmp, *book).returncode == 0
+    assert run_cli_in_process(tmp, *book).returncode == 0
     (run_dir,) = (tmp / "outputs" / "runs").iterdir()
     hydra_before = {p.name: p.read_text() for p in (run_dir / ".hydra").glob("*.yaml")}
     first = read(run_dir / "metrics.json")
@@ -412,7 +412,7 @@ def test_resume_auto_then_a_run_dir(tmp_path):
     # ...and from the whole training state: the same epoch 1 as a run never interrupted (with a
     # fresh optimizer state, Adam's moments, the losses differed)
     (tmp / "straight").mkdir()
-    straight = run_cli(tmp / "straight", *book, "trainer.max_epochs=2")
+    straight = run_cli_in_process(tmp / "straight", *book, "trainer.max_epochs=2")
     assert straight.returncode == 0, straight.stderr[-4000:]
     (straight_dir,) = (tmp / "straight" / "outputs" / "runs").iterdir()
     straight_history = read(straight_dir / "metrics.json")["history"]
@@ -828,7 +828,7 @@ def test_a_moved_run_resumes_with_its_own_best_checkpoint(finished_run, tmp_path
     best = read(moved / "metrics.json")["best_ckpt"]
     # two more epochs (another test may have resumed it), so two fewer is still >= 1
     epochs = len(read(moved / "metrics.json")["history"]) + 2
-    result = run_cli(tmp_path, *TINY, f"resume={moved}", f"trainer.max_epochs={epochs}")
+    result = run_cli_in_process(tmp_path, *TINY, f"resume={moved}", f"trainer.max_epochs={epochs}")
     assert result.returncode == 0, result.stderr[-4000:]
     record = read(moved / "metrics.json")
     assert record["status"] == "completed" and (moved / record["best_ckpt"]).is_file()
@@ -896,7 +896,7 @@ def test_a_resumed_run_keeps_its_logs_up_to_its_checkpoint(tmp_path):
     from torch.utils.tensorboard import SummaryWriter
 
     settings = [*TINY, "logger=many"]
-    assert run_cli(tmp_path, *settings).returncode == 0
+    assert run_cli_in_process(tmp_path, *settings).returncode == 0
     (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
     resume_step = checkpoint_step(run_dir / "checkpoints" / "last.ckpt")
     metrics_csv = run_dir / "csv" / "metrics.csv"
