@@ -569,7 +569,7 @@ def test_a_resume_reads_the_data_the_run_trained_on(finished_run, tmp_path, othe
         where = "differ from what the run trained on: a resumed run goes on with its own data"
     (run / "metrics.json").write_text(json.dumps(record))
     last = (run / "checkpoints" / "last.ckpt").read_bytes()
-    result = run_cli(tmp_path, *TINY, f"resume={run}", "trainer.max_epochs=2")
+    result = run_cli_in_process(tmp_path, *TINY, f"resume={run}", "trainer.max_epochs=2")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-4000:]
     assert said in result.stderr and where in result.stderr, result.stderr[-2000:]
     after = read(run / "metrics.json")  # the run as it was, the failed resume added
@@ -597,7 +597,9 @@ def test_a_last_checkpoint_this_version_cannot_load_is_said(finished_run, tmp_pa
         )
     torch.save(state, last)
     record, saved = read(run / "metrics.json"), last.read_bytes()
-    result = run_cli(tmp_path, *TINY, f"resume={run}", f"trainer.max_epochs={state['epoch'] + 2}")
+    result = run_cli_in_process(
+        tmp_path, *TINY, f"resume={run}", f"trainer.max_epochs={state['epoch'] + 2}"
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-4000:]
     what = "optimizer" if misfit == "optimizer" else "model"
     assert re.search(
@@ -750,7 +752,9 @@ def test_the_report_reads_the_seed_and_overrides_a_record_keeps(tmp_path):
 def test_a_loss_that_turns_nan_ends_the_run(tmp_path):
     """In float16 (16-true) the bag model's loss turned NaN in the first epoch; the run trained on,
     tested its NaN weights (accuracy 0) and recorded "completed"."""
-    result = run_cli(tmp_path, *TINY, "trainer.precision=16-true", "trainer.limit_train_batches=4")
+    result = run_cli_in_process(
+        tmp_path, *TINY, "trainer.precision=16-true", "trainer.limit_train_batches=4"
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "error: val/loss is nan at epoch 0, step 4: training diverged" in result.stderr
     assert "trainer.precision=16-true computes in float16" in result.stderr
@@ -1293,7 +1297,7 @@ def test_a_finished_run_is_never_overwritten(finished_run):
 def test_without_checkpoints_and_with_sparse_validation(tmp_path):
     """callbacks=none: no checkpoint, the final weights are tested; an epoch without a
     validation has no val/* in its history row."""
-    result = run_cli(
+    result = run_cli_in_process(
         tmp_path,
         *TINY,
         "callbacks=none",
@@ -1310,7 +1314,7 @@ def test_without_checkpoints_and_with_sparse_validation(tmp_path):
 
 
 def test_resume_auto_without_an_earlier_run_starts_one(tmp_path):
-    result = run_cli(tmp_path, *TINY, "resume=auto")
+    result = run_cli_in_process(tmp_path, *TINY, "resume=auto")
     assert result.returncode == 0, result.stderr[-4000:]
     (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
     assert read(run_dir / "metrics.json")["status"] == "completed"
@@ -1716,7 +1720,7 @@ def test_settings_refused_before_training(compose_cfg, overrides, match):
 def test_validation_after_every_batch_saves_the_best_checkpoint(tmp_path):
     """Lightning read val_check_interval=1 (every batch) as 1.0 (once per epoch) and saved
     checkpoints at the epoch's end only: the run tested the last weights, not the best."""
-    result = run_cli(
+    result = run_cli_in_process(
         tmp_path, *TINY, "trainer.limit_train_batches=4", "trainer.val_check_interval=1"
     )
     assert result.returncode == 0, result.stderr[-4000:]
@@ -1730,7 +1734,9 @@ def test_validation_after_every_batch_saves_the_best_checkpoint(tmp_path):
     assert checkpoint_step(run_dir / record["best_ckpt"]) == best
     assert record["metrics"]["val/acc_best"] == max(accs)
     # without validation, Lightning's own rule (save at the epoch's end) is the one that saves
-    result = run_cli(tmp_path, *TINY, "trainer.limit_val_batches=0", "trainer.val_check_interval=1")
+    result = run_cli_in_process(
+        tmp_path, *TINY, "trainer.limit_val_batches=0", "trainer.val_check_interval=1"
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     (run_dir,) = set((tmp_path / "outputs" / "runs").iterdir()) - {run_dir}
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
