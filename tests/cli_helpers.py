@@ -70,11 +70,15 @@ def run_counting_imports(
     return result, imported
 
 
-def run_cli_in_process(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def run_cli_in_process(
+    tmp_path: Path, *args: str, given_paths: bool = True
+) -> subprocess.CompletedProcess:
     """`python -m attnexp <args>` as run_cli runs it, but in this process: for a run that a test
-    only needs as its starting point (a run dir to evaluate, resume or hold), where a new
-    interpreter would add the import of torch and Lightning and test nothing more. The logging
-    Hydra sets up, the torch threads and the working dir are put back afterwards."""
+    needs as its starting point (a run dir to evaluate, resume or hold), or whose behaviour under
+    test is the runner's, where a new interpreter adds the import of torch and Lightning and tests
+    nothing more (exit status, stdout and stderr come back as from run_cli). The logging
+    Hydra sets up, the torch threads and the working dir are put back afterwards.
+    given_paths=False: no paths.* on the command line (the run takes them from the environment)."""
     import contextlib
     import io
     import logging
@@ -87,8 +91,8 @@ def run_cli_in_process(tmp_path: Path, *args: str) -> subprocess.CompletedProces
     (tmp_path / "data").mkdir(exist_ok=True)
     flags = [a for a in args if a.startswith("-")]
     overrides = [a for a in args if not a.startswith("-")]
-    argv = ["attnexp", *flags, f"paths.log_dir={tmp_path}/outputs"]
-    argv += [f"paths.data_dir={tmp_path}/data", *overrides]
+    paths = [f"paths.log_dir={tmp_path}/outputs", f"paths.data_dir={tmp_path}/data"]
+    argv = ["attnexp", *flags, *(paths if given_paths else []), *overrides]
     root = logging.getLogger()
     handlers, level, threads = root.handlers[:], root.level, torch.get_num_threads()
     saved_argv, cwd = sys.argv, Path.cwd()

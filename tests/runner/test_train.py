@@ -432,7 +432,7 @@ def test_a_resume_that_fails_early_keeps_the_runs_record(finished_run, tmp_path)
     run = shutil.copytree(run_dir, tmp_path / "run")
     before, attempts = read(run / "metrics.json"), sorted(run.glob("metrics.attempt*.json"))
     # num_workers may differ on resume; a negative count fails when the first loader is made
-    result = run_cli(tmp_path, *TINY, f"resume={run}", "data.num_workers=-1")
+    result = run_cli_in_process(tmp_path, *TINY, f"resume={run}", "data.num_workers=-1")
     assert result.returncode != 0 and "num_workers" in result.stderr
     record = read(run / "metrics.json")
     (failed,) = record.pop("failed_resumes")
