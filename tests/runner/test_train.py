@@ -174,7 +174,7 @@ def test_val_metrics_are_the_tested_checkpoints_not_the_last_validations(compose
 def test_evaluate_writes_its_own_dir_with_the_same_metrics(finished_run):
     tmp, run_dir, _ = finished_run
     before = (run_dir / "metrics.json").read_text()
-    result = run_cli(
+    result = run_cli_in_process(
         tmp,
         f"ckpt_path={run_dir}/{read(run_dir / 'metrics.json')['best_ckpt']}",
         "trainer.enable_progress_bar=false",
@@ -195,7 +195,9 @@ def test_evaluate_writes_its_own_dir_with_the_same_metrics(finished_run):
     assert len(run_record["data_hash"]) == 16  # the data as read: the report's data_hash
     assert set(run_record["data_fingerprints"]) == {"train", "val", "test"}
     assert not [w for w in record["warnings"] if "differ from the run's" in w]
-    result = run_cli(tmp, f"ckpt_path={run_dir}/checkpoints/last.ckpt", module="attnexp.evaluate")
+    result = run_cli_in_process(
+        tmp, f"ckpt_path={run_dir}/checkpoints/last.ckpt", module="attnexp.evaluate"
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     best = run_record["best_ckpt"]
     assert f"run:        the run's own test of its best checkpoint, {best}" in result.stdout
@@ -209,7 +211,7 @@ def test_evaluate_says_when_the_data_changed_since_training(tmp_path):
     (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
     labels = (9 - np.arange(120) % 10).astype(np.uint8)
     (folder / FILES["test"][1]).write_bytes(gzip.compress(idx_bytes(labels)))
-    result = run_cli(tmp_path, f"ckpt_path={run_dir}", module="attnexp.evaluate")
+    result = run_cli_in_process(tmp_path, f"ckpt_path={run_dir}", module="attnexp.evaluate")
     assert result.returncode == 0, result.stderr[-4000:]
     (eval_dir,) = (tmp_path / "outputs" / "evals").iterdir()
     warnings = read(eval_dir / "metrics.json")["warnings"]
