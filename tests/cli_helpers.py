@@ -68,3 +68,51 @@ def run_counting_imports(
     }
     result.stderr = "\n".join(line for line in lines if not line.startswith("import time:"))
     return result, imported
+
+
+def run_cli_in_process(
+    tmp_path: Path, *args: str, module: str = "attnexp", given_paths: bool = True
+) -> subprocess.CompletedProcess:
+    """`python -m <module> <args>` as run_cli runs it, but in this process: for a run that a test
+    needs as its starting point (a run dir to evaluate, resume or hold), or whose behaviour under
+    test is the runner's, where a new interpreter adds the import of torch and Lightning and tests
+    nothing more (exit status, stdout and stderr come back as from run_cli). The logging
+    Hydra sets up, the torch threads and the working dir are put back afterwards.
+    given_paths=False: no paths.* on the command line (the run takes them from the environment)."""
+    import contextlib
+    import importlib
+    import io
+    import logging
+
+    import torch
+    from hydra.core.global_hydra import GlobalHydra
+
+    command = "train" if module == "attnexp" else module.rsplit(".", 1)[1]  # attnexp.evaluate
+    cli = importlib.import_module(f"attnexp.cli.{command}").cli
+    (tmp_path / "data").mkdir(exist_ok=True)
+    flags = [a for a in args if a.startswith("-")]
+    overrides = [a for a in args if not a.startswith("-")]
+    paths = [f"paths.log_dir={tmp_path}/outputs", f"paths.data_dir={tmp_path}/data"]
+    argv = [module, *flags, *(paths if given_paths else []), *overrides]
+    root = logging.getLogger()
+    handlers, level, threads = root.handlers[:], root.level, torch.get_num_threads()
+    saved_argv, cwd = sys.argv, Path.cwd()
+    stdout, stderr, code = io.StringIO(), io.StringIO(), 0
+    try:
+        os.chdir(tmp_path)
+        sys.argv = argv
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            cli()
+    except SystemExit as end:
+        code = end.code if isinstance(end.code, int) else 1
+    finally:
+        sys.argv = saved_argv
+        os.chdir(cwd)
+        for handler in root.handlers:
+            if handler not in handlers:
+                handler.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        torch.set_num_threads(threads)
+        GlobalHydra.instance().clear()
+    return subprocess.CompletedProcess(argv, code, stdout.getvalue(), stderr.getvalue())

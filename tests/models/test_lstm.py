@@ -223,11 +223,9 @@ def test_attn_norm_layer_gives_the_self_attention_normalised_features(batch):
 
 # --- end to end on tiny generated reviews ---------------------------------------------------------
 import json  # noqa: E402
-import os  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from cli_helpers import run_cli_in_process  # noqa: E402
 from imdb_data import TINY_MODEL, train_in_process, write_imdb  # noqa: E402
 
 FDR_RUNS = {
@@ -290,19 +288,13 @@ def test_probe_heatmaps_reach_tensorboard(overrides, views, compose_cfg, tmp_pat
 
 
 @pytest.mark.e2e
-def test_design_card_command_on_embedded_sample(tmp_path):
-    """`python -m attnexp model=lstm_attn scorer=dot` (no data=) runs on the embedded IMDB sample."""
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "ATTNEXP_CACHE": str(tmp_path / "cache"),
-        "ATTNEXP_ROOT": str(tmp_path),
-    }
-    cmd = [
-        sys.executable,
-        "-m",
-        "attnexp",
+def test_design_card_command_on_embedded_sample(tmp_path, monkeypatch):
+    """`python -m attnexp model=lstm_attn scorer=dot` (no data=, no paths) runs on the embedded
+    IMDB sample. In-process: what a new interpreter adds is tested by the subprocess tests."""
+    monkeypatch.setenv("ATTNEXP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("ATTNEXP_ROOT", str(tmp_path))
+    done = run_cli_in_process(
+        tmp_path,
         "model=lstm_attn",
         "scorer=dot",
         "trainer.fast_dev_run=true",
@@ -310,8 +302,8 @@ def test_design_card_command_on_embedded_sample(tmp_path):
         "model.embed_dim=8",
         "data.max_seq_len=32",
         "trainer.enable_progress_bar=false",
-    ]
-    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        given_paths=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     (record_path,) = Path(tmp_path, "outputs", "runs").glob("*/metrics.json")
     record = json.loads(record_path.read_text())

@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from cli_helpers import TINY, run_cli
+from cli_helpers import TINY, run_cli_in_process
 
 XSRF = {"X-XSRF-Protected": "1", "Content-Type": "application/json"}
 
@@ -32,9 +32,9 @@ def fetch(url: str, body: dict | None = None, timeout: float = 10):
 def tensorboard(tmp_path):
     """(base url, run name, run dir) of TensorBoard serving a finished tiny run, beside an earlier
     run of another model (the HPARAMS tab must show both runs' settings and metrics)."""
-    result = run_cli(tmp_path, *TINY, "model=bag_mlp")
+    result = run_cli_in_process(tmp_path, *TINY, "model=bag_mlp")
     assert result.returncode == 0, result.stderr[-4000:]
-    result = run_cli(tmp_path, *TINY, "trainer.max_epochs=2")
+    result = run_cli_in_process(tmp_path, *TINY, "trainer.max_epochs=2")
     assert result.returncode == 0, result.stderr[-4000:]
     run_dir = max((tmp_path / "outputs" / "runs").iterdir())  # named by start time: the later
     port = free_port()
@@ -138,7 +138,7 @@ def test_tensorboard_lists_scalars_images_and_hparams(tensorboard):
 
 
 def test_attention_figures_every_zero_epochs_is_refused_before_training(tmp_path):
-    result = run_cli(tmp_path, *TINY, "callbacks.attention_figures.every_n_epochs=0")
+    result = run_cli_in_process(tmp_path, *TINY, "callbacks.attention_figures.every_n_epochs=0")
     assert result.returncode == 2, result.stderr[-4000:]
     assert "error: callbacks.attention_figures.every_n_epochs=0 must be a positive" in result.stderr
     assert "Traceback" not in result.stderr

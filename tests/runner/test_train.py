@@ -17,7 +17,7 @@ import pytorch_lightning as pl
 import torch
 import yaml
 from analysis_helpers import load_analysis
-from cli_helpers import TINY, run_cli
+from cli_helpers import TINY, run_cli, run_cli_in_process
 from conftest import CONF_DIR
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from hydra.utils import instantiate
@@ -174,7 +174,7 @@ def test_val_metrics_are_the_tested_checkpoints_not_the_last_validations(compose
 def test_evaluate_writes_its_own_dir_with_the_same_metrics(finished_run):
     tmp, run_dir, _ = finished_run
     before = (run_dir / "metrics.json").read_text()
-    result = run_cli(
+    result = run_cli_in_process(
         tmp,
         f"ckpt_path={run_dir}/{read(run_dir / 'metrics.json')['best_ckpt']}",
         "trainer.enable_progress_bar=false",
@@ -195,7 +195,9 @@ def test_evaluate_writes_its_own_dir_with_the_same_metrics(finished_run):
     assert len(run_record["data_hash"]) == 16  # the data as read: the report's data_hash
     assert set(run_record["data_fingerprints"]) == {"train", "val", "test"}
     assert not [w for w in record["warnings"] if "differ from the run's" in w]
-    result = run_cli(tmp, f"ckpt_path={run_dir}/checkpoints/last.ckpt", module="attnexp.evaluate")
+    result = run_cli_in_process(
+        tmp, f"ckpt_path={run_dir}/checkpoints/last.ckpt", module="attnexp.evaluate"
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     best = run_record["best_ckpt"]
     assert f"run:        the run's own test of its best checkpoint, {best}" in result.stdout
@@ -205,11 +207,11 @@ def test_evaluate_says_when_the_data_changed_since_training(tmp_path):
     """Test labels flipped after training: evaluate showed its accuracy beside the run's as if
     both were of the same data."""
     folder = write_mnist(tmp_path / "data", num_train=240, num_test=120)
-    assert run_cli(tmp_path, *TINY, "data.source=local").returncode == 0
+    assert run_cli_in_process(tmp_path, *TINY, "data.source=local").returncode == 0
     (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
     labels = (9 - np.arange(120) % 10).astype(np.uint8)
     (folder / FILES["test"][1]).write_bytes(gzip.compress(idx_bytes(labels)))
-    result = run_cli(tmp_path, f"ckpt_path={run_dir}", module="attnexp.evaluate")
+    result = run_cli_in_process(tmp_path, f"ckpt_path={run_dir}", module="attnexp.evaluate")
     assert result.returncode == 0, result.stderr[-4000:]
     (eval_dir,) = (tmp_path / "outputs" / "evals").iterdir()
     warnings = read(eval_dir / "metrics.json")["warnings"]
@@ -363,7 +365,7 @@ def test_evaluate_tests_on_the_runs_kind_of_data(tmp_path):
 
 
 def test_evaluate_refuses_other_data_before_loading_it(tmp_path):
-    run = run_cli(tmp_path, *TINY, "data.source=auto")  # no mnist/ and offline: the sample
+    run = run_cli_in_process(tmp_path, *TINY, "data.source=auto")  # no mnist/, offline: the sample
     assert run.returncode == 0, run.stderr[-2000:]
     (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
     (tmp_path / "other" / "mnist").mkdir(parents=True)  # would be read; holds no files
@@ -387,7 +389,7 @@ def test_resume_auto_then_a_run_dir(tmp_path):
     default's cosine schedule spans max_epochs, so a run resumed for more epochs than it started
     with follows another schedule than a run started for them."""
     tmp, book = tmp_path, [*TINY, "~recipe"]
-    assert run_cli(tmp, *book).returncode == 0
+    assert run_cli_in_process(tmp, *book).returncode == 0
     (run_dir,) = (tmp / "outputs" / "runs").iterdir()
     hydra_before = {p.name: p.read_text() for p in (run_dir / ".hydra").glob("*.yaml")}
     first = read(run_dir / "metrics.json")
@@ -412,7 +414,7 @@ def test_resume_auto_then_a_run_dir(tmp_path):
     # ...and from the whole training state: the same epoch 1 as a run never interrupted (with a
     # fresh optimizer state, Adam's moments, the losses differed)
     (tmp / "straight").mkdir()
-    straight = run_cli(tmp / "straight", *book, "trainer.max_epochs=2")
+    straight = run_cli_in_process(tmp / "straight", *book, "trainer.max_epochs=2")
     assert straight.returncode == 0, straight.stderr[-4000:]
     (straight_dir,) = (tmp / "straight" / "outputs" / "runs").iterdir()
     straight_history = read(straight_dir / "metrics.json")["history"]
@@ -432,7 +434,7 @@ def test_a_resume_that_fails_early_keeps_the_runs_record(finished_run, tmp_path)
     run = shutil.copytree(run_dir, tmp_path / "run")
     before, attempts = read(run / "metrics.json"), sorted(run.glob("metrics.attempt*.json"))
     # num_workers may differ on resume; a negative count fails when the first loader is made
-    result = run_cli(tmp_path, *TINY, f"resume={run}", "data.num_workers=-1")
+    result = run_cli_in_process(tmp_path, *TINY, f"resume={run}", "data.num_workers=-1")
     assert result.returncode != 0 and "num_workers" in result.stderr
     record = read(run / "metrics.json")
     (failed,) = record.pop("failed_resumes")
@@ -569,7 +571,7 @@ def test_a_resume_reads_the_data_the_run_trained_on(finished_run, tmp_path, othe
         where = "differ from what the run trained on: a resumed run goes on with its own data"
     (run / "metrics.json").write_text(json.dumps(record))
     last = (run / "checkpoints" / "last.ckpt").read_bytes()
-    result = run_cli(tmp_path, *TINY, f"resume={run}", "trainer.max_epochs=2")
+    result = run_cli_in_process(tmp_path, *TINY, f"resume={run}", "trainer.max_epochs=2")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-4000:]
     assert said in result.stderr and where in result.stderr, result.stderr[-2000:]
     after = read(run / "metrics.json")  # the run as it was, the failed resume added
@@ -597,7 +599,9 @@ def test_a_last_checkpoint_this_version_cannot_load_is_said(finished_run, tmp_pa
         )
     torch.save(state, last)
     record, saved = read(run / "metrics.json"), last.read_bytes()
-    result = run_cli(tmp_path, *TINY, f"resume={run}", f"trainer.max_epochs={state['epoch'] + 2}")
+    result = run_cli_in_process(
+        tmp_path, *TINY, f"resume={run}", f"trainer.max_epochs={state['epoch'] + 2}"
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-4000:]
     what = "optimizer" if misfit == "optimizer" else "model"
     assert re.search(
@@ -750,7 +754,9 @@ def test_the_report_reads_the_seed_and_overrides_a_record_keeps(tmp_path):
 def test_a_loss_that_turns_nan_ends_the_run(tmp_path):
     """In float16 (16-true) the bag model's loss turned NaN in the first epoch; the run trained on,
     tested its NaN weights (accuracy 0) and recorded "completed"."""
-    result = run_cli(tmp_path, *TINY, "trainer.precision=16-true", "trainer.limit_train_batches=4")
+    result = run_cli_in_process(
+        tmp_path, *TINY, "trainer.precision=16-true", "trainer.limit_train_batches=4"
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "error: val/loss is nan at epoch 0, step 4: training diverged" in result.stderr
     assert "trainer.precision=16-true computes in float16" in result.stderr
@@ -828,7 +834,7 @@ def test_a_moved_run_resumes_with_its_own_best_checkpoint(finished_run, tmp_path
     best = read(moved / "metrics.json")["best_ckpt"]
     # two more epochs (another test may have resumed it), so two fewer is still >= 1
     epochs = len(read(moved / "metrics.json")["history"]) + 2
-    result = run_cli(tmp_path, *TINY, f"resume={moved}", f"trainer.max_epochs={epochs}")
+    result = run_cli_in_process(tmp_path, *TINY, f"resume={moved}", f"trainer.max_epochs={epochs}")
     assert result.returncode == 0, result.stderr[-4000:]
     record = read(moved / "metrics.json")
     assert record["status"] == "completed" and (moved / record["best_ckpt"]).is_file()
@@ -896,7 +902,7 @@ def test_a_resumed_run_keeps_its_logs_up_to_its_checkpoint(tmp_path):
     from torch.utils.tensorboard import SummaryWriter
 
     settings = [*TINY, "logger=many"]
-    assert run_cli(tmp_path, *settings).returncode == 0
+    assert run_cli_in_process(tmp_path, *settings).returncode == 0
     (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
     resume_step = checkpoint_step(run_dir / "checkpoints" / "last.ckpt")
     metrics_csv = run_dir / "csv" / "metrics.csv"
@@ -1293,7 +1299,7 @@ def test_a_finished_run_is_never_overwritten(finished_run):
 def test_without_checkpoints_and_with_sparse_validation(tmp_path):
     """callbacks=none: no checkpoint, the final weights are tested; an epoch without a
     validation has no val/* in its history row."""
-    result = run_cli(
+    result = run_cli_in_process(
         tmp_path,
         *TINY,
         "callbacks=none",
@@ -1310,7 +1316,7 @@ def test_without_checkpoints_and_with_sparse_validation(tmp_path):
 
 
 def test_resume_auto_without_an_earlier_run_starts_one(tmp_path):
-    result = run_cli(tmp_path, *TINY, "resume=auto")
+    result = run_cli_in_process(tmp_path, *TINY, "resume=auto")
     assert result.returncode == 0, result.stderr[-4000:]
     (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
     assert read(run_dir / "metrics.json")["status"] == "completed"
@@ -1716,7 +1722,7 @@ def test_settings_refused_before_training(compose_cfg, overrides, match):
 def test_validation_after_every_batch_saves_the_best_checkpoint(tmp_path):
     """Lightning read val_check_interval=1 (every batch) as 1.0 (once per epoch) and saved
     checkpoints at the epoch's end only: the run tested the last weights, not the best."""
-    result = run_cli(
+    result = run_cli_in_process(
         tmp_path, *TINY, "trainer.limit_train_batches=4", "trainer.val_check_interval=1"
     )
     assert result.returncode == 0, result.stderr[-4000:]
@@ -1730,7 +1736,9 @@ def test_validation_after_every_batch_saves_the_best_checkpoint(tmp_path):
     assert checkpoint_step(run_dir / record["best_ckpt"]) == best
     assert record["metrics"]["val/acc_best"] == max(accs)
     # without validation, Lightning's own rule (save at the epoch's end) is the one that saves
-    result = run_cli(tmp_path, *TINY, "trainer.limit_val_batches=0", "trainer.val_check_interval=1")
+    result = run_cli_in_process(
+        tmp_path, *TINY, "trainer.limit_val_batches=0", "trainer.val_check_interval=1"
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     (run_dir,) = set((tmp_path / "outputs" / "runs").iterdir()) - {run_dir}
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()

@@ -11,7 +11,7 @@ import pytest
 
 from attnexp.errors import ConfigError
 from attnexp.runs.lock import OWNER_FILE, owning
-from tests.cli_helpers import TINY, run_cli
+from tests.cli_helpers import TINY, run_cli, run_cli_in_process
 
 
 def test_a_second_owner_is_refused_with_the_first_ones_pid(tmp_path):
@@ -55,7 +55,7 @@ def test_a_killed_owner_leaves_the_dir_free(tmp_path):
 def test_a_resume_of_a_run_dir_another_process_holds_is_refused(tmp_path):
     """Two resumes started together: the second is refused (here the test holds the dir, as the
     first resume would), and the run's record and checkpoints stay as they were."""
-    result = run_cli(tmp_path, *TINY)
+    result = run_cli_in_process(tmp_path, *TINY)
     assert result.returncode == 0, result.stderr
     (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
     record = (run_dir / "metrics.json").read_text()
