@@ -116,3 +116,25 @@ def run_cli_in_process(
         torch.set_num_threads(threads)
         GlobalHydra.instance().clear()
     return subprocess.CompletedProcess(argv, code, stdout.getvalue(), stderr.getvalue())
+
+
+def compose_train(tmp: Path, *overrides: str):
+    """The train config of a run whose outputs, data and cache live under `tmp` (composed as the
+    CLI composes it, with the hydra node: for `train_in_process`)."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_module("attnexp.conf", version_base="1.3"):
+        cfg = compose(
+            "train",
+            return_hydra_config=True,
+            overrides=[
+                f"paths.log_dir={tmp}/outputs",
+                f"paths.data_dir={tmp}/data",
+                f"data.cache_dir={tmp}/cache",
+                *overrides,
+            ],
+        )
+    GlobalHydra.instance().clear()
+    return cfg

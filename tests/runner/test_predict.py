@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from analysis_helpers import load_analysis
-from cli_helpers import run_counting_imports
-from hydra import compose, initialize_config_module
-from hydra.core.global_hydra import GlobalHydra
+from cli_helpers import compose_train, run_counting_imports
 from imdb_data import TINY_MODEL, train_in_process, write_imdb
 from lcqmc_data import write_lcqmc
 from omegaconf import OmegaConf
@@ -28,23 +26,6 @@ SHORT_TRAINING = (
     "trainer.limit_test_batches=1",
     "trainer.val_check_interval=1.0",  # the text models' recipes check every 10 steps or 1/4 epoch
 )
-
-
-def compose_train(tmp, *overrides):
-    GlobalHydra.instance().clear()
-    with initialize_config_module("attnexp.conf", version_base="1.3"):
-        cfg = compose(
-            "train",
-            return_hydra_config=True,
-            overrides=[
-                f"paths.log_dir={tmp}/outputs",
-                f"paths.data_dir={tmp}/data",
-                f"data.cache_dir={tmp}/cache",
-                *overrides,
-            ],
-        )
-    GlobalHydra.instance().clear()
-    return cfg
 
 
 @pytest.fixture(scope="module")

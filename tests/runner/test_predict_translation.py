@@ -4,8 +4,7 @@ heatmap and HTML page, predictions.jsonl, the edge cases, and a folder of runs c
 import json
 
 import pytest
-from hydra import compose, initialize_config_module
-from hydra.core.global_hydra import GlobalHydra
+from cli_helpers import compose_train
 from imdb_data import train_in_process
 from omegaconf import OmegaConf
 from translation_data import write_fra_eng
@@ -16,32 +15,23 @@ from attnexp.runner.predict import decode_settings
 
 
 def train_translation_run(tmp, run_dir, *overrides):
-    GlobalHydra.instance().clear()
-    with initialize_config_module("attnexp.conf", version_base="1.3"):
-        cfg = compose(
-            "train",
-            return_hydra_config=True,
-            overrides=[
-                f"paths.log_dir={tmp}/outputs",
-                f"paths.data_dir={tmp}/data",
-                f"data.cache_dir={tmp}/cache",
-                "model=seq2seq",
-                "data.val_sources=20",
-                "data.test_sources=30",
-                "data.min_frequency=1",
-                "data.batch_size=16",
-                "model.embed_dim=8",
-                "model.hidden_size=8",
-                "logger=csv",
-                "trainer.enable_progress_bar=false",
-                "trainer.max_epochs=1",
-                "trainer.limit_train_batches=2",
-                "decode.beam_size=2",
-                "decode.max_len=8",
-                *overrides,
-            ],
-        )
-    GlobalHydra.instance().clear()
+    cfg = compose_train(
+        tmp,
+        "model=seq2seq",
+        "data.val_sources=20",
+        "data.test_sources=30",
+        "data.min_frequency=1",
+        "data.batch_size=16",
+        "model.embed_dim=8",
+        "model.hidden_size=8",
+        "logger=csv",
+        "trainer.enable_progress_bar=false",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=2",
+        "decode.beam_size=2",
+        "decode.max_len=8",
+        *overrides,
+    )
     train_in_process(cfg, run_dir)
     return run_dir
 
