@@ -1,8 +1,9 @@
 """Translation speed: training throughput of the runner (Lightning Trainer + TranslationTask) vs a
 plain PyTorch loop, and decoding speed (greedy vs beam search, batched).
 
-Training: both sides train the same seq2seq model (same init; `experiment=translation/nmt_fra_eng`'s
-sizes: GRU, width 128, Bahdanau attention, input feeding, label smoothing 0.1, clip 1.0, Adam 2e-3)
+Training: both sides train the same seq2seq model (same init; the first `nmt_fra_eng` recipe's
+sizes: word vocabulary, GRU, width 128, Bahdanau attention, input feeding, label smoothing 0.1,
+clip 1.0, Adam 2e-3)
 on the same length-bucketed en->fr batches, in the same process, in `--rounds` short paired rounds
 (bench/benchkit.py). Reported: the median target tokens/s of each, and the median of the per-round
 ratios (target >= 0.95) with its quartiles.

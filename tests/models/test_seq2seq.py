@@ -109,6 +109,34 @@ def test_forward_equals_stepping_with_the_reference(model):
     assert torch.allclose(logits, torch.stack(stepped, 1), atol=1e-5)
 
 
+def test_training_forward_projects_once_with_the_gradients_of_stepping():
+    """Teacher forced in training, the output layer runs once over all steps: the logits and
+    every gradient are those of the step-by-step decoder (dropout 0, so no masks differ)."""
+    torch.manual_seed(0)
+    model = Seq2Seq(V, V, partial(AdditiveScorer), embed_dim=8, hidden_size=8, dropout=0.0)
+    model.train()
+    src, mask, tgt_in = batch(3)
+    target = torch.randint(0, V, tgt_in.shape, generator=torch.Generator().manual_seed(1))
+
+    def gradients(logits):
+        model.zero_grad()
+        torch.nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten()).backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    logits = model(src, mask, tgt_in).logits
+    once = gradients(logits)
+    state, stepped = model.start(src, mask), []
+    for t in range(tgt_in.shape[1]):
+        step_logits, state, _ = model.step(state, tgt_in[:, t])
+        stepped.append(step_logits)
+    stepped = torch.stack(stepped, 1)
+    per_step = gradients(stepped)
+    torch.testing.assert_close(logits, stepped, rtol=1e-5, atol=1e-6)
+    assert once.keys() == per_step.keys() and "generator.weight" in once
+    for name in once:
+        torch.testing.assert_close(once[name], per_step[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_teacher_forcing_one_feeds_the_reference_and_zero_the_models_guess():
     torch.manual_seed(0)
     src, mask, tgt_in = batch(2)

@@ -168,6 +168,11 @@ class Seq2Seq(nn.Module):
 
     def step(self, state: dict[str, torch.Tensor], prev: torch.Tensor):
         """prev (B,) -> logits (B, V), the new state, attention (B, S) or None."""
+        attentional, state, weights = self.advance(state, prev)
+        return self.generator(self.dropout(attentional)), state, weights
+
+    def advance(self, state: dict[str, torch.Tensor], prev: torch.Tensor):
+        """prev (B,) -> the attentional vector a_t (B, O), the new state, attention (B, S) or None."""
         emb = self.dropout(self.embedding(prev))  # (B, E)
         if self.scorer is None:
             context, weights = state["context"], None  # (B, C)
@@ -188,7 +193,7 @@ class Seq2Seq(nn.Module):
         attentional = torch.tanh(self.combine(torch.cat([out[:, 0], context, emb], -1)))  # (B, O)
         if self.input_feeding:
             state["feed"] = attentional
-        return self.generator(self.dropout(attentional)), state, weights
+        return attentional, state, weights
 
     def forward(
         self,
@@ -200,17 +205,22 @@ class Seq2Seq(nn.Module):
         """src (B, S), tgt_in (B, U) starting with BOS -> logits (B, U, V), attention (B, U, S)."""
         B, U = tgt_in.shape
         state, prev = self.start(src_ids, src_mask), tgt_in[:, 0]
-        logits, rows = [], []
+        # Fed the reference at every step, no step needs its logits to go on: the output layer
+        # then runs once over all steps, one large matmul (and one gradient of its weight) instead
+        # of U small ones, and the (B, U, V) logits are written once rather than stacked.
+        sampled = self.training and self.teacher_forcing < 1.0
+        outputs, rows = [], []
         for t in range(U):
-            step_logits, state, weights = self.step(state, prev)
-            logits.append(step_logits)
+            if sampled:
+                output, state, weights = self.step(state, prev)  # logits (B, V)
+            else:
+                output, state, weights = self.advance(state, prev)  # a_t (B, O)
+            outputs.append(output)
             rows.append(weights)
             if t + 1 < U:
-                forced = (
-                    not self.training
-                    or self.teacher_forcing >= 1.0
-                    or bool(torch.rand(()) < self.teacher_forcing)
-                )
-                prev = tgt_in[:, t + 1] if forced else step_logits.argmax(dim=-1)
+                forced = not sampled or bool(torch.rand(()) < self.teacher_forcing)
+                prev = tgt_in[:, t + 1] if forced else output.argmax(dim=-1)
+        stacked = torch.stack(outputs, dim=1)  # (B, U, V) logits, or (B, U, O) a_t
+        logits = stacked if sampled else self.generator(self.dropout(stacked))  # (B, U, V)
         attention = torch.stack(rows, 1) if return_attention and self.scorer is not None else None
-        return ModelOutput(torch.stack(logits, dim=1), attention)
+        return ModelOutput(logits, attention)
