@@ -17,7 +17,7 @@
 # imdb:  the chapter table's four rows (seed 0) with trainer=gpu, then the tuned recipe.
 # all:   newtests, staging (2 rounds), precision (250 steps, <= 150 s), then jobs in the time
 #        left (ALL_BUDGET_S, 450 s: with the setup, under 8 min on an H100).
-# newtests:  the gpu tests of pinned text batches, of fp16 with gradient clipping and of two
+# newtests:  the gpu tests of pinned text batches, of mixed precision with gradient clipping and of two
 #            sweep jobs at once on the GPU (OUT/tests_new.log).
 # staging:   IMDB through the runner's DataModule, batches pinned against pageable
 #            (bench/bench_text_staging.py; OUT/text_staging.json), ~30 s.
@@ -26,6 +26,11 @@
 #            (bench/bench_lstm_precision.py; OUT/lstm_precision.md, .json, .log), ~2 min.
 # jobs:      K = 8, 4, 2 sweep jobs at once against one at a time, bags and IMDB
 #            (bench/bench_parallel_jobs.py; OUT/parallel_jobs.md, .json, logs), ~4 min.
+# multi30k:  the Multi30k rows of docs/results.md side by side on the GPU (nmt_multi30k,
+#            nmt_multi30k_tuned and nmt_multi30k_transformer, each with a variant), training at most
+#            M30K_TRAIN_S (420) each, then their tests; needs DATA=<folder holding multi30k/>.
+#            OUT/multi30k.md (each job's test metrics), OUT/multi30k_runs.tgz (run dirs, no
+#            checkpoints, and each job's output).
 set -u
 cd "$(dirname "$0")/.."
 DATA=${DATA:-data}
@@ -124,9 +129,9 @@ part_bench() {
 }
 
 part_newtests() {
-    say "gpu tests of pinned text batches, fp16 with clipping, two sweep jobs on the GPU"
+    say "gpu tests of pinned text batches, mixed precision with clipping, two sweep jobs on the GPU"
     timeout 120 $PY -m pytest -q -m gpu -p no:cacheprovider tests/data/test_pinned_batches.py \
-        tests/tasks/test_fused_with_scaled_clipping.py tests/runs/test_parallel_jobs.py \
+        tests/tasks/test_fused_with_clipping.py tests/runs/test_parallel_jobs.py \
         2>&1 | tee "$OUT/tests_new.log" | tail -3
 }
 
@@ -177,6 +182,52 @@ part_imdb() {
         $PY -m attnexp "experiment=imdb/$row" data=imdb trainer=gpu seed=0 "paths.data_dir=$DATA" \
             trainer.enable_progress_bar=false 2>&1 | grep -E "run dir|test/acc|Error|error"
     done
+}
+
+part_multi30k() {
+    local train_s=${M30K_TRAIN_S:-420} root=/tmp/multi30k
+    local trainer="trainer=${M30K_TRAINER:-gpu}"
+    local jobs=(
+        "gru experiment=translation/nmt_multi30k trainer.precision=32-true"
+        "tuned experiment=translation/nmt_multi30k_tuned trainer.precision=32-true"
+        "tuned_dropout05 experiment=translation/nmt_multi30k_tuned model.dropout=0.5 trainer.precision=32-true"
+        "transformer experiment=translation/nmt_multi30k_transformer trainer.precision=32-true"
+        "transformer_bpe experiment=translation/nmt_multi30k_transformer data.tokenizer=bpe data.vocab_size=8000 scheduler=linear_warmup scheduler.warmup_ratio=0.05 trainer.max_epochs=30"
+    )
+    local threads=$(( $(nproc) / ${#jobs[@]} )) job name pids=()
+    rm -rf "$root" && mkdir -p "$root"
+    say "multi30k: ${#jobs[@]} jobs at once, $threads threads each, training <= ${train_s} s"
+    for job in "${jobs[@]}"; do
+        name=${job%% *}
+        # shellcheck disable=SC2086  # the job's overrides are words
+        $PY -m attnexp ${job#* } "$trainer" seed=0 "paths.data_dir=$DATA" \
+            "paths.log_dir=$root/$name" "data.cache_dir=$root/$name/cache" \
+            "++trainer.max_time=$(printf '00:%02d:%02d:%02d' $((train_s / 3600)) $((train_s / 60 % 60)) $((train_s % 60)))" "trainer.threads=$((threads > 0 ? threads : 1))" \
+            trainer.enable_progress_bar=false ${M30K_ARGS:-} >"$root/$name.log" 2>&1 &
+        pids+=($!)
+    done
+    local i status
+    for i in "${!pids[@]}"; do
+        wait "${pids[$i]}"; status=$?
+        say "${jobs[$i]%% *}: exit $status"
+        [ $status -ne 0 ] && tail -25 "$root/${jobs[$i]%% *}.log"
+    done
+    local summary="import json, sys
+run = json.load(open(sys.argv[1])); m = run['metrics']; last = run['history'][-1]
+keys = ('test/bleu', 'test/bleu_greedy', 'test/bleu_lc', 'test/chrf', 'test/ppl', 'val/bleu_best')
+print(f\"epoch {last['epoch']}, step {last['step']}: \" + ', '.join(f'{k} {m[k]:.2f}' for k in keys if k in m))"
+    {
+        echo "| job | overrides | metrics |"
+        echo "|---|---|---|"
+        for job in "${jobs[@]}"; do
+            name=${job%% *}
+            local metrics
+            metrics=$(find "$root/$name" -name metrics.json | head -1)
+            echo "| $name | ${job#* } | $( [ -n "$metrics" ] && $PY -c "$summary" "$metrics") |"
+        done
+    } >"$OUT/multi30k.md"
+    cat "$OUT/multi30k.md"
+    tar -czf "$OUT/multi30k_runs.tgz" -C "$root" --exclude='*.ckpt' --exclude=cache .
 }
 
 environment

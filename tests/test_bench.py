@@ -1,6 +1,5 @@
 """Smoke tests of the benchmark scripts on embedded or generated data (a handful of batches)."""
 
-import importlib.util
 import json
 import runpy
 import sys
@@ -229,8 +228,7 @@ def run_script(script: str, monkeypatch, *args: str) -> None:
 def test_bench_parallel_jobs(tmp_path, monkeypatch):
     """One sweep one job at a time and one of jobs at once (here K=1: the launcher's path),
     real runs on the embedded bags; each row from the jobs' own records."""
-    if importlib.util.find_spec("hydra_plugins.hydra_joblib_launcher") is None:
-        pytest.skip("hydra-joblib-launcher not installed (pip install -e '.[sweep]')")
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="pip install -e '.[sweep]'")
     out, table = tmp_path / "jobs.json", tmp_path / "jobs.md"
     run_script(
         "bench_parallel_jobs.py", monkeypatch, "--workloads", "bags", "--jobs", "1",

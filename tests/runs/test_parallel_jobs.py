@@ -2,7 +2,6 @@
 its own lock, log, checkpoints and metrics.json, and the sweep's report reads them all."""
 
 import csv
-import importlib.util
 import json
 
 import pytest
@@ -12,10 +11,9 @@ from cli_helpers import TINY, run_cli
 from attnexp.runs import report
 from attnexp.runs.lock import OWNER_FILE
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("hydra_plugins.hydra_joblib_launcher") is None,
-    reason="hydra-joblib-launcher not installed (pip install -e '.[sweep]')",
-)
+# importorskip, not find_spec: find_spec of a dotted name imports the parent, and no other plugin
+# may have made the hydra_plugins package
+pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="pip install -e '.[sweep]'")
 
 
 ON_GPU = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")]

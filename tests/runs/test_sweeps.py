@@ -1,7 +1,6 @@
 """Sweeps: a failing job is recorded and the sweep goes on; readable job names; sweep configs compose."""
 
 import csv
-import importlib.util
 import json
 
 import pytest
@@ -227,8 +226,7 @@ def test_every_launcher_yaml_is_tested():
 
 @pytest.mark.parametrize(("launcher", "plugin"), LAUNCHER_PLUGINS.items())
 def test_launcher_configs_compose(compose_cfg, launcher, plugin):
-    if importlib.util.find_spec(plugin) is None:
-        pytest.skip(f"{plugin} not installed (pip install -e '.[sweep]')")
+    pytest.importorskip(plugin, reason="pip install -e '.[sweep]'")
     cfg = compose_cfg(f"hydra/launcher={launcher}", "trainer=ddp_cpu")
     assert "Launcher" in cfg.hydra.launcher._target_
     if launcher == "slurm":
@@ -236,8 +234,7 @@ def test_launcher_configs_compose(compose_cfg, launcher, plugin):
 
 
 def test_optuna_search_config_composes(compose_cfg):
-    if importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None:
-        pytest.skip("hydra-optuna-sweeper not installed (pip install -e '.[optuna]')")
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="pip install -e '.[optuna]'")
     cfg = compose_cfg("hparams_search=bag_optuna")
     assert cfg.hydra.sweeper.direction == "maximize" and cfg.optimized_metric == "val/acc_best"
 
@@ -246,8 +243,7 @@ def test_an_optuna_search_names_its_jobs_by_the_searched_keys(tmp_path):
     """Two trials with the scorer and the hidden size (TINY) fixed on the command line: each job
     is a completed run named by the one key the search still varies, and the sweep dir keeps the
     sweep's config."""
-    if importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None:
-        pytest.skip("hydra-optuna-sweeper not installed (pip install -e '.[optuna]')")
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="pip install -e '.[optuna]'")
     sweep = tmp_path / "search"
     search = ["hparams_search=bag_optuna", "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={sweep}"]
     result = run_cli(tmp_path, *search, "scorer=dot", *TINY)

@@ -4,6 +4,7 @@ import math
 from collections.abc import Callable
 
 import torch
+from pytorch_lightning.plugins.precision import MixedPrecision
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
@@ -15,13 +16,13 @@ DECAYS = ("linear", "cosine")
 FUSABLE = (torch.optim.Adam, torch.optim.AdamW)
 
 
-def fused_setting(optimizer_factory, groups: list[dict], clips_scaled: bool = False) -> dict:
+def fused_setting(optimizer_factory, groups: list[dict], clipped_in_amp: bool = False) -> dict:
     """{"fused": True} for Adam/AdamW over parameters all on CUDA, unless the config chose
-    (optimizer.fused=false, or a foreach setting) or `clips_scaled` (`clips_scaled_gradients`);
-    else {} (torch's own default)."""
+    (optimizer.fused=false, or a foreach setting) or `clipped_in_amp` (`clips_in_amp`); else {}
+    (torch's own default)."""
     target = getattr(optimizer_factory, "func", optimizer_factory)
     chosen = getattr(optimizer_factory, "keywords", {})
-    if clips_scaled or not (isinstance(target, type) and issubclass(target, FUSABLE)):
+    if clipped_in_amp or not (isinstance(target, type) and issubclass(target, FUSABLE)):
         return {}
     if chosen.get("fused") is not None or chosen.get("foreach") is not None:
         return {}
@@ -31,13 +32,14 @@ def fused_setting(optimizer_factory, groups: list[dict], clips_scaled: bool = Fa
     return {}
 
 
-def clips_scaled_gradients(trainer) -> bool:
-    """Whether `trainer` clips gradients that a GradScaler scaled (precision=16-mixed with
-    trainer.gradient_clip_val): Lightning unscales them itself before clipping, and refuses an
-    optimizer that unscales inside its step, as a fused one does. None: no trainer yet."""
+def clips_in_amp(trainer) -> bool:
+    """Whether `trainer` clips gradients (trainer.gradient_clip_val) under automatic mixed
+    precision (16-mixed or bf16-mixed): Lightning's MixedPrecision plugin then refuses an
+    optimizer that unscales inside its step, as a fused one does, with or without a GradScaler.
+    None: no trainer yet."""
     if trainer is None or not trainer.gradient_clip_val:
         return False
-    return getattr(trainer.precision_plugin, "scaler", None) is not None
+    return isinstance(trainer.precision_plugin, MixedPrecision)
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -88,10 +90,10 @@ def build_optimizer(
     optimizer_factory, model, weight_decay: float, trainer=None
 ) -> torch.optim.Optimizer:
     """`optimizer_factory` over `param_groups(model, weight_decay)` (fused on CUDA unless the
-    config chose or the `trainer` clips scaled gradients), with torch's refusal of its own
+    config chose or the `trainer` clips under mixed precision), with torch's refusal of its own
     arguments said as the setting to change."""
     groups = param_groups(model, weight_decay)
-    fused = fused_setting(optimizer_factory, groups, clips_scaled_gradients(trainer))
+    fused = fused_setting(optimizer_factory, groups, clips_in_amp(trainer))
     try:
         return optimizer_factory(groups, **fused)
     except (TypeError, ValueError) as err:  # torch's checks of its own arguments
