@@ -21,35 +21,39 @@ def check_heads(width: int, num_heads: int, sized_by: str = "model.hidden_size")
 
 
 def attendable_keys(mask: torch.Tensor) -> torch.Tensor:
-    """The (B, 1, 1, T) key mask of a (B, T) mask. A sequence with no real token would softmax
-    over nothing (NaN or zeros, as the kernel has it); it sees all its keys instead, so its output
-    is defined and finite (its positions are padding, pooled away downstream)."""
-    return (mask | ~mask.any(dim=1, keepdim=True))[:, None, None, :]
+    """The (B, 1, 1, S) key mask of a (B, S) mask, or the (B, 1, U, S) mask of a per-query
+    (B, U, S) one (causal self-attention). A query with no real key would softmax over nothing
+    (NaN or zeros, as the kernel has it); it sees all its keys instead, so its output is defined
+    and finite (its positions are padding, pooled or masked away downstream)."""
+    mask = mask | ~mask.any(dim=-1, keepdim=True)
+    return mask[:, None, None, :] if mask.dim() == 2 else mask[:, None]
 
 
 def attention_weights(
     q: torch.Tensor, k: torch.Tensor, key_mask: torch.Tensor | None, scale: float | None = None
 ) -> torch.Tensor:
-    """softmax(scale q k^T) over the real keys, scale 1 / sqrt(hd) unless given: q, k (B, nh, T,
-    hd), key_mask (B, 1, 1, T) or None -> (B, nh, T, T). Every row must have a real key
-    (`attendable_keys` sees to it).
+    """softmax(scale q k^T) over the real keys, scale 1 / sqrt(hd) unless given: q (B, nh, U, hd),
+    k (B, nh, S, hd), key_mask (B, 1, 1, S) or (B, 1, U, S) (`attendable_keys`) or None ->
+    (B, nh, U, S). Every row must have a real key (`attendable_keys` sees to it).
 
     The scale and the mask (as an additive bias of the dtype's smallest value) go into the one
-    matmul, so the (B, nh, T, T) scores are written once: on the CPU each further pass over them
+    matmul, so the (B, nh, U, S) scores are written once: on the CPU each further pass over them
     (scaling, masking) costs about as much as the matmul, mostly in fresh pages.
     """
-    B, nh, T, hd = q.shape
-    bias = torch.zeros(B, 1, 1, T, dtype=q.dtype, device=q.device)
+    B, nh, U, hd = q.shape
+    S = k.shape[2]
+    rows = 1 if key_mask is None else key_mask.shape[2]  # 1: one key mask for every query
+    bias = torch.zeros(B, 1, rows, S, dtype=q.dtype, device=q.device)
     if key_mask is not None:
         bias.masked_fill_(~key_mask, torch.finfo(q.dtype).min)
-    bias = bias.expand(B, nh, 1, T).reshape(B * nh, 1, T)
+    bias = bias.expand(B, nh, rows, S).reshape(B * nh, rows, S)
     scores = torch.baddbmm(
         bias,
-        q.reshape(B * nh, T, hd),
-        k.reshape(B * nh, T, hd).transpose(1, 2),
+        q.reshape(B * nh, U, hd),
+        k.reshape(B * nh, S, hd).transpose(1, 2),
         alpha=hd**-0.5 if scale is None else scale,
-    )  # (B * nh, T, T)
-    return torch.softmax(scores, dim=-1).view(B, nh, T, T)
+    )  # (B * nh, U, S)
+    return torch.softmax(scores, dim=-1).view(B, nh, U, S)
 
 
 class MultiHeadSelfAttention(nn.Module):

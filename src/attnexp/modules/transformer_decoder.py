@@ -8,8 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnexp.modules.masking import masked_softmax
-from attnexp.modules.mhsa import check_heads
+from attnexp.modules.mhsa import attendable_keys, attention_weights, check_heads
 from attnexp.modules.transformer import PositionwiseFeedForward, check_block_args
 
 
@@ -19,10 +18,12 @@ def causal_mask(length: int, device: torch.device) -> torch.Tensor:
 
 
 class MultiHeadAttention(nn.Module):
-    """Queries (B, U, E) attend over a memory (B, S, E); mask broadcastable to (B, U, S).
+    """Queries (B, U, E) attend over a memory (B, S, E), with a key mask (B, S) or a per-query
+    mask (B, U, S).
 
     Without `need_weights` it runs `F.scaled_dot_product_attention`; with it, the explicit
-    softmax (the project's masked_softmax: a row with no key returns zeros).
+    softmax of `attention_weights` (padded keys get weight 0). A query with no real key sees all
+    its keys (`attendable_keys`), in both paths.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0) -> None:
@@ -50,17 +51,14 @@ class MultiHeadAttention(nn.Module):
         k, v = (
             t.view(B, S, self.num_heads, self.head_dim).transpose(1, 2) for t in (k, v)
         )  # (B, nh, S, hd)
-        mask = mask[:, None] if mask.dim() == 3 else mask  # (B, 1, U, S)
+        key_mask = attendable_keys(mask)  # (B, 1, 1, S) or (B, 1, U, S)
         dropout = self.dropout if self.training else 0.0
         if need_weights:
-            scores = q @ k.transpose(-1, -2) * self.head_dim**-0.5  # (B, nh, U, S)
-            weights = masked_softmax(scores, mask)
+            weights = attention_weights(q, k, key_mask)  # (B, nh, U, S)
             out = F.dropout(weights, p=dropout, training=self.training) @ v  # (B, nh, U, hd)
         else:
             weights = None
-            # A row with no key (an empty source) would give NaN in the kernel: it sees every key.
-            safe = mask | ~mask.any(dim=-1, keepdim=True)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe, dropout_p=dropout)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout)
         return self.out_proj(out.transpose(1, 2).reshape(B, U, E)), weights
 
 
@@ -109,9 +107,8 @@ class TransformerDecoderBlock(nn.Module):
         U = x.shape[1]
         self_mask = causal_mask(U, x.device)[None] & tgt_mask[:, None, :]  # (B, U, U)
         x, _ = self._sublayer(x, 0, lambda h: self.self_attn(h, h, self_mask))
-        cross_mask = src_mask[:, None, :].expand(-1, U, -1)  # (B, U, S)
         x, weights = self._sublayer(
-            x, 1, lambda h: self.cross_attn(h, memory, cross_mask, need_weights)
+            x, 1, lambda h: self.cross_attn(h, memory, src_mask, need_weights)
         )
         x, _ = self._sublayer(x, 2, lambda h: (self.feed_forward(h), None))
         return x, weights
