@@ -21,6 +21,12 @@ def block(norm: str = "pre") -> TransformerDecoderBlock:
     return TransformerDecoderBlock(E, NH, 32, dropout=0.0, attention_dropout=0.0, norm=norm).eval()
 
 
+def decoder_inputs() -> tuple[torch.Tensor, torch.Tensor]:
+    """Target-side states x (B, U, E) and the encoder's memory (B, S, E)."""
+    torch.manual_seed(1)
+    return torch.randn(B, U, E), torch.randn(B, S, E)
+
+
 def test_weights_are_the_masked_softmax_of_scaled_scores_per_query():
     torch.manual_seed(0)
     q, k = torch.randn(B, NH, U, 4), torch.randn(B, NH, S, 4)
@@ -33,8 +39,7 @@ def test_weights_are_the_masked_softmax_of_scaled_scores_per_query():
 
 
 def test_the_weights_path_and_the_fused_kernel_agree():
-    torch.manual_seed(0)
-    x, memory = torch.randn(B, U, E), torch.randn(B, S, E)
+    x, memory = decoder_inputs()
     for norm in ("pre", "post"):
         decoder = block(norm)
         with torch.no_grad():
@@ -45,9 +50,8 @@ def test_the_weights_path_and_the_fused_kernel_agree():
 
 
 def test_padded_source_positions_get_weight_zero_and_change_nothing():
-    torch.manual_seed(0)
     decoder = block()
-    x, memory = torch.randn(B, U, E), torch.randn(B, S, E)
+    x, memory = decoder_inputs()
     changed = memory.clone()
     changed[~SRC_MASK] = 100.0
     with torch.no_grad():
@@ -61,9 +65,8 @@ def test_padded_source_positions_get_weight_zero_and_change_nothing():
 
 
 def test_a_step_sees_no_later_step():
-    torch.manual_seed(0)
     decoder = block()
-    x, memory = torch.randn(B, U, E), torch.randn(B, S, E)
+    x, memory = decoder_inputs()
     later = x.clone()
     later[:, 3:] = torch.randn(B, U - 3, E)
     with torch.no_grad():
