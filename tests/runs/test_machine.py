@@ -129,3 +129,5 @@ def test_machine_label():
     assert machine.machine_label(one) == "X, AVX2, 1 torch thread, torch 2.13.0"
     two = {**one, "torch_threads": 2, "gpus": ["NVIDIA H100"]}
     assert machine.machine_label(two) == "X, AVX2, 2 torch threads, torch 2.13.0, NVIDIA H100"
+    # the threads the run set (trainer.threads) after the machine was described
+    assert machine.machine_label(two, torch_threads=1).startswith("X, AVX2, 1 torch thread,")

@@ -202,7 +202,7 @@ def read_run(path: Path, root: Path) -> Run:
         started_at=str(record.get("started_at") or ""),
         config=config,
         evaluated=str(record.get("run_dir") or ""),
-        machine=machine_label(record.get("machine")),
+        machine=machine_label(record.get("machine"), record.get("torch_threads")),
         commit=str((record.get("machine") or {}).get("commit") or ""),
         stopped_early=(record.get("stopped_early") or {}).get("epoch"),
     )

@@ -92,12 +92,15 @@ def describe_machine() -> dict:
     }
 
 
-def machine_label(machine: dict | None) -> str:
+def machine_label(machine: dict | None, torch_threads: int | None = None) -> str:
     """One line naming what decides the numbers: "AMD EPYC (...), AVX512, 1 torch thread, torch
-    2.13.0+cpu"; "not recorded" for a record written before runs recorded their machine."""
+    2.13.0+cpu"; "not recorded" for a record written before runs recorded their machine.
+
+    `torch_threads`: the threads the run trained with (the record's `torch_threads`, set after
+    the machine was described at the record's start); else the machine's count then."""
     if not machine:
         return NOT_RECORDED
-    threads = machine.get("torch_threads")
+    threads = torch_threads or machine.get("torch_threads")
     parts = [
         str(machine.get("cpu")),
         str(machine.get("cpu_capability")),
