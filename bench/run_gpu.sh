@@ -29,8 +29,8 @@
 # multi30k:  the Multi30k rows of docs/results.md side by side on the GPU (nmt_multi30k,
 #            nmt_multi30k_tuned and nmt_multi30k_transformer, each with a variant), training at most
 #            M30K_TRAIN_S (420) each, then their tests; needs DATA=<folder holding multi30k/>.
-#            OUT/multi30k.md (each job's test metrics), OUT/multi30k_runs.tgz (run dirs, no
-#            checkpoints, and each job's output).
+#            OUT/multi30k.md and .csv (attnexp.report over the jobs), OUT/multi30k_runs.tgz (run
+#            dirs, no checkpoints, and each job's output).
 set -u
 cd "$(dirname "$0")/.."
 DATA=${DATA:-data}
@@ -194,39 +194,29 @@ part_multi30k() {
         "transformer experiment=translation/nmt_multi30k_transformer trainer.precision=32-true"
         "transformer_bpe experiment=translation/nmt_multi30k_transformer data.tokenizer=bpe data.vocab_size=8000 scheduler=linear_warmup scheduler.warmup_ratio=0.05 trainer.max_epochs=30"
     )
-    local threads=$(( $(nproc) / ${#jobs[@]} )) job name pids=()
+    local threads=$(( $(nproc) / ${#jobs[@]} )) job name pids=() names=()
+    local max_time
+    max_time=$(printf '00:%02d:%02d:%02d' $((train_s / 3600)) $((train_s / 60 % 60)) $((train_s % 60)))
     rm -rf "$root" && mkdir -p "$root"
     say "multi30k: ${#jobs[@]} jobs at once, $threads threads each, training <= ${train_s} s"
     for job in "${jobs[@]}"; do
         name=${job%% *}
         # shellcheck disable=SC2086  # the job's overrides are words
         $PY -m attnexp ${job#* } "$trainer" seed=0 "paths.data_dir=$DATA" \
-            "paths.log_dir=$root/$name" "data.cache_dir=$root/$name/cache" \
-            "++trainer.max_time=$(printf '00:%02d:%02d:%02d' $((train_s / 3600)) $((train_s / 60 % 60)) $((train_s % 60)))" "trainer.threads=$((threads > 0 ? threads : 1))" \
+            "paths.log_dir=$root/$name" "data.cache_dir=$root/cache" \
+            "++trainer.max_time=$max_time" "trainer.threads=$((threads > 0 ? threads : 1))" \
             trainer.enable_progress_bar=false ${M30K_ARGS:-} >"$root/$name.log" 2>&1 &
-        pids+=($!)
+        pids+=($!) names+=("$name")
     done
     local i status
     for i in "${!pids[@]}"; do
         wait "${pids[$i]}"; status=$?
-        say "${jobs[$i]%% *}: exit $status"
-        [ $status -ne 0 ] && tail -25 "$root/${jobs[$i]%% *}.log"
+        say "${names[$i]}: exit $status"
+        [ $status -ne 0 ] && tail -25 "$root/${names[$i]}.log"
     done
-    local summary="import json, sys
-run = json.load(open(sys.argv[1])); m = run['metrics']; last = run['history'][-1]
-keys = ('test/bleu', 'test/bleu_greedy', 'test/bleu_lc', 'test/chrf', 'test/ppl', 'val/bleu_best')
-print(f\"epoch {last['epoch']}, step {last['step']}: \" + ', '.join(f'{k} {m[k]:.2f}' for k in keys if k in m))"
-    {
-        echo "| job | overrides | metrics |"
-        echo "|---|---|---|"
-        for job in "${jobs[@]}"; do
-            name=${job%% *}
-            local metrics
-            metrics=$(find "$root/$name" -name metrics.json | head -1)
-            echo "| $name | ${job#* } | $( [ -n "$metrics" ] && $PY -c "$summary" "$metrics") |"
-        done
-    } >"$OUT/multi30k.md"
-    cat "$OUT/multi30k.md"
+    # the project's report: one row per job (a failed one too), every metric in report.csv
+    $PY -m attnexp.report "$root" >/dev/null && cp "$root/report.md" "$OUT/multi30k.md" &&
+        cp "$root/report.csv" "$OUT/multi30k.csv" && sed -n '/^## Variants/,/^## Runs/p' "$OUT/multi30k.md"
     tar -czf "$OUT/multi30k_runs.tgz" -C "$root" --exclude='*.ckpt' --exclude=cache .
 }
 
