@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "attnexp"
 # leaves (errors, files, the package's own __init__) sit at the bottom; the launchers of
 # `python -m attnexp[.evaluate|.predict|.report]` at the top.
 LAYERS = (
-    {"attnexp", "errors", "files"},
+    {"attnexp", "errors", "files", "schema"},
     {"modules"},
     {"models"},
     {"viz"},

@@ -1,6 +1,8 @@
 """A command line no run can use is refused by the command itself: one message, before torch
 loads and before Hydra makes a run dir, so nothing is left in outputs/."""
 
+import time
+
 import pytest
 from cli_helpers import RUN_MODULES, run_counting_imports
 
@@ -31,6 +33,26 @@ def refused(tmp_path, *args: str):
 )
 def test_a_bad_value_is_refused_before_anything_loads(tmp_path, args, named):
     assert named in refused(tmp_path, *args)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["model=seq2seq", "decode.max_len=0"],
+        ["model=seq2seq", "decode.alpha=-5"],
+        ["model=seq2seq", 'task.probe_pairs=[["x"]]'],
+        ["model.hidden_size=0"],
+    ],
+    ids=["max_len", "alpha", "probe_pairs", "hidden_size"],
+)
+def test_a_declared_range_is_refused_at_once(tmp_path, args):
+    """These were refused only after torch loaded (8-16 s), leaving a failed run dir, or not at
+    all (alpha): every declared range is now checked by the command line (tests/test_schema.py
+    walks them all)."""
+    start = time.perf_counter()
+    stderr = refused(tmp_path, *args)
+    assert time.perf_counter() - start < 3.0, "refused, but not at once"
+    assert stderr.count("error:") == 1 and args[-1].split("=")[0] in stderr, stderr
 
 
 def test_a_misspelt_key_gets_one_message_ours(tmp_path):

@@ -1,24 +1,52 @@
 """The settings of a run that can be judged from its config alone, before torch is imported and
 before a run dir is made: the command line's own checks (`attnexp.cli.train`) and the trainer's
-(`attnexp.runner.trainer.check_settings`) both call these."""
+(`attnexp.runner.trainer.check_settings`) both call these. What a single key may hold is declared
+in `attnexp.schema`; the checks here are those that read two keys together."""
+
+import re
+from collections.abc import Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
-from attnexp.errors import ConfigError, require_seed
-from attnexp.runner.threads import available_cores, check_threads
+from attnexp.errors import ConfigError
+from attnexp.runner.threads import available_cores
+from attnexp.runs.dirs import flat_config
+from attnexp.schema import Rule, declared_items
 
 SEED_KEYS = ("seed", "data.seed", "data.split_seed")  # the run's data and weights follow them
+# A value that is another key's, as written: `${decode.beam_size}`.
+_REFERENCE = re.compile(r"\$\{([\w.]+)\}")
+
+
+def declared_values(cfg: DictConfig) -> Iterator[tuple[str, Rule, object, str | None]]:
+    """(key, rule, value, the key the value was set at) of each declared key of `cfg`, its value
+    resolved. A value taken from another key (`task.beam_size: ${decode.beam_size}`) names that
+    key, which is the one to change. One that only Hydra's run can resolve (`${hydra:...}`) is
+    left out: the run's own checks judge it."""
+    raw = flat_config(OmegaConf.to_container(cfg, resolve=False))
+    raw.pop("hydra", None)
+    for key, rule, value in declared_items(raw):
+        set_as = None
+        if isinstance(value, str) and "${" in value:
+            reference = _REFERENCE.fullmatch(value)
+            set_as = reference[1] if reference else None
+            try:
+                value = OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
+            except Exception:  # an interpolation Hydra resolves only inside its run
+                continue
+            if OmegaConf.is_config(value):
+                value = OmegaConf.to_container(value, resolve=True)
+        yield key, rule, value, set_as
+
+
+def check_declared(cfg: DictConfig) -> None:
+    """Every declared key of `cfg` within its declared range (`attnexp.schema.SCHEMA`)."""
+    for key, rule, value, set_as in declared_values(cfg):
+        rule.check(key, value, set_as)
 
 
 def check_values(cfg: DictConfig) -> None:
     """Values that no run can use, whatever the machine."""
-    for key in SEED_KEYS:
-        require_seed(key, OmegaConf.select(cfg, key, default=None))
-    epochs = cfg.trainer.get("max_epochs")
-    if epochs is not None and (type(epochs) is not int or epochs < -1):
-        raise ConfigError(
-            f"trainer.max_epochs={epochs!r} must be a whole number of epochs (-1: no limit)"
-        )
     # Lightning takes these as "train nothing": the run would test its untrained weights.
     nothing = [
         key
@@ -32,11 +60,8 @@ def check_values(cfg: DictConfig) -> None:
             f"trainer.{key} >= 1; to test a trained checkpoint: python -m attnexp.evaluate "
             f"ckpt_path=<run dir>)"
         )
-    lr = cfg.get("optimizer", {}).get("lr")
-    if lr is not None and (type(lr) not in (int, float) or lr <= 0):
-        raise ConfigError(f"optimizer.lr={lr!r} must be a positive number (e.g. optimizer.lr=1e-3)")
+    check_declared(cfg)
     check_val_interval(cfg.trainer)
-    check_threads(cfg.trainer.get("threads", "auto"))
 
 
 def check_devices(trainer_cfg: DictConfig, on_cpu: bool) -> None:
@@ -52,22 +77,9 @@ def check_devices(trainer_cfg: DictConfig, on_cpu: bool) -> None:
 
 def check_val_interval(trainer_cfg: DictConfig) -> None:
     """Lightning stops with a traceback when a step interval between validations is longer than
-    the epoch that `limit_train_batches` leaves, or on a zero epoch interval (a modulo by 0)."""
-    every = trainer_cfg.get("check_val_every_n_epoch")
-    if every is not None and (type(every) is not int or every < 1):
-        raise ConfigError(
-            f"trainer.check_val_every_n_epoch={every} must be a whole number of epochs >= 1 "
-            f"(null: validate by trainer.val_check_interval steps only; to validate never, set "
-            f"trainer.limit_val_batches=0)"
-        )
+    the epoch that `limit_train_batches` leaves."""
     interval = trainer_cfg.get("val_check_interval")
     limit = trainer_cfg.get("limit_train_batches")
-    if (type(interval) is int and interval < 1) or (type(interval) is float and interval <= 0):
-        raise ConfigError(
-            f"trainer.val_check_interval={interval} never validates: give a number of training "
-            f"batches >= 1 or a fraction of an epoch in (0, 1] (set trainer.val_check_interval=1.0 "
-            f"to validate once per epoch)"
-        )
     if type(interval) is int and type(limit) is int and limit < interval:
         raise ConfigError(
             f"trainer.val_check_interval={interval} validates every {interval} training batches, "
