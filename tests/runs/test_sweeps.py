@@ -6,14 +6,13 @@ import json
 import pytest
 from cli_helpers import TINY, run_cli
 from conftest import CONF_DIR
-from hydra.types import RunMode
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from attnexp.cli.train import plugin_installed
 from attnexp.errors import ConfigError
 from attnexp.runs import report, sweeps
-from attnexp.runs.dirs import hydra_subdir
+from attnexp.runs.dirs import write_run_config
 from attnexp.runs.sweeps import FailedJobs, SweepDirGuard, check_strategy, sweep_subdir, swept_keys
 
 
@@ -70,14 +69,18 @@ def test_jobs_never_share_a_dir(tmp_path):
     assert len(list((job / "checkpoints").glob("*.ckpt"))) == 2  # job 0's best and last
 
 
-def test_a_job_in_a_dir_holding_a_composed_config_writes_none(tmp_path):
-    """hydra.mode comes in as a RunMode: a sweep job never writes over an earlier job's .hydra/,
-    a resumed run writes its own beside the original."""
-    assert hydra_subdir(str(tmp_path), RunMode.MULTIRUN) == ".hydra"
-    (tmp_path / ".hydra").mkdir()
-    (tmp_path / ".hydra" / "config.yaml").write_text("seed: 0\n")
-    assert hydra_subdir(str(tmp_path), RunMode.MULTIRUN) is None
-    assert hydra_subdir(str(tmp_path), RunMode.RUN).startswith(".hydra/resume_")
+def test_a_resumed_run_writes_its_config_beside_the_original(tmp_path):
+    """The run writes .hydra/ itself, under its lock: the first attempt's files stay, a resumed
+    attempt's go into .hydra/resume_<time>/."""
+    hydra = OmegaConf.create({"run": {"dir": str(tmp_path)}})
+    first = write_run_config(tmp_path, OmegaConf.create({"seed": 0}), hydra, ["seed=0"])
+    assert first == tmp_path / ".hydra"
+    assert OmegaConf.load(first / "config.yaml") == {"seed": 0}
+    assert OmegaConf.load(first / "hydra.yaml").hydra.run.dir == str(tmp_path)
+    assert list(OmegaConf.load(first / "overrides.yaml")) == ["seed=0"]
+    again = write_run_config(tmp_path, OmegaConf.create({"seed": 1}), hydra, ["seed=1"])
+    assert again.parent == first and again.name.startswith("resume_")
+    assert OmegaConf.load(first / "config.yaml") == {"seed": 0}  # the original is kept
 
 
 def test_sweep_subdir_names_only_the_swept_overrides(tmp_path):

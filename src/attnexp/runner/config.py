@@ -8,7 +8,7 @@ from hydra import initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from attnexp.runs.dirs import hydra_subdir, new_run_name, resolve_run_dir
+from attnexp.runs.dirs import new_run_name, resolve_run_dir
 from attnexp.runs.sweeps import sweep_subdir
 
 
@@ -18,7 +18,6 @@ def register_resolvers() -> None:
         "attnexp.run_dir": lambda resume, root, overrides: resolve_run_dir(
             resume, root, list(overrides)
         ),
-        "attnexp.hydra_subdir": hydra_subdir,
         "attnexp.sweep_subdir": lambda num, sweep_dir, overrides, fallback: sweep_subdir(
             num, sweep_dir, list(overrides), fallback
         ),

@@ -29,7 +29,16 @@ from attnexp.runner.build import build, check_data_dir, resolved_data_dir
 from attnexp.runner.config import register_resolvers
 from attnexp.runner.threads import set_threads
 from attnexp.runner.trainer import check_trainer_settings, device_name, make_trainer, monitors
-from attnexp.runs.dirs import flat_config, holds_run, is_other_rank, override_arg
+from attnexp.runs.dirs import (
+    NO_RESUME,
+    check_claimed,
+    flat_config,
+    holds_run,
+    is_other_rank,
+    is_run,
+    override_arg,
+    write_run_config,
+)
 from attnexp.runs.lock import owning
 from attnexp.runs.record import LAST_CKPT, WORKER_KEYS, RunRecord
 from attnexp.runs.sweeps import check_strategy
@@ -327,6 +336,8 @@ def run(cfg: DictConfig) -> dict[str, float]:
     if is_other_rank():  # a re-launched DDP rank works under its rank 0's lock
         return record_and_run(cfg, run_dir, hydra_cfg)
     with owning(run_dir, "train"):
+        check_claimed(run_dir, resuming=cfg.get("resume") not in NO_RESUME and is_run(run_dir))
+        write_run_config(run_dir, cfg, hydra_cfg, list(hydra_cfg.overrides.task))
         return record_and_run(cfg, run_dir, hydra_cfg)
 
 

@@ -2,9 +2,11 @@
 run's (the record they hold, `metrics.json`, is record.py's).
 
 A run dir is never reused by accident: its name carries the start time and a random suffix; a dir
-given by hand (hydra.run.dir=) must not hold a run already; `resume=` continues a run only with the
-settings it was started with, and only where today's config files build the config it was made
-with; it keeps the earlier record as `metrics.attempt<k>.json` before writing a new one.
+given by hand (hydra.run.dir=) must be new or empty (`check_new_dir`); `resume=` continues an
+attnexp run only with the settings it was started with, and only where today's config files build
+the config it was made with; it keeps the earlier record as `metrics.attempt<k>.json` before
+writing a new one. The run's composed config (.hydra/) is written by the process that holds the
+run's lock (`write_run_config`), not by Hydra before the job starts.
 """
 
 import contextlib
@@ -23,7 +25,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from attnexp.errors import ConfigError, exit_with
-from attnexp.files import TORCH_LOAD_ERRORS, checkpoint_value, not_a_folder
+from attnexp.files import TORCH_LOAD_ERRORS, checkpoint_value, not_a_folder, write_atomically
 from attnexp.runs.record import LAST_CKPT, METRICS_FILE, existing_record, writer_alive
 
 log = logging.getLogger(__name__)
@@ -214,6 +216,12 @@ def check_resume(resume: str, overrides: list[str]) -> None:
             f"resume={resume}: no {LAST_CKPT} in {run_dir} (give a run dir with a last checkpoint, "
             f"or resume=auto)"
         )
+    if not is_run(run_dir):
+        raise ConfigError(
+            f"resume={resume}: {run_dir} is not an attnexp run dir (no readable {METRICS_FILE} "
+            f"run record beside its {LAST_CKPT}; another program's checkpoint?): resume= "
+            f"continues a run attnexp started (give its dir, or resume=auto)"
+        )
     saved = saved_overrides(run_dir) if (run_dir / RUN_OVERRIDES).is_file() else []
     if saved is None:
         raise ConfigError(
@@ -340,7 +348,15 @@ def is_other_rank() -> bool:
 
 
 def holds_run(run_dir: Path) -> bool:
+    """Whether a dir holds what a run writes (its record or checkpoints, maybe another
+    program's): never written into by a new run."""
     return any((run_dir / name).exists() for name in (METRICS_FILE, "checkpoints"))
+
+
+def is_run(run_dir: Path) -> bool:
+    """Whether a dir is an attnexp run (or evaluation): its record can be read. Another Hydra
+    app's dir, with a .hydra/config.yaml and checkpoints/ of its own, is not."""
+    return isinstance(existing_record(run_dir).get("status"), str)
 
 
 def run_holding(path: str | Path) -> Path | None:
@@ -441,31 +457,78 @@ def check_output_root(config: DictConfig, dir_key: str) -> None:
         )
 
 
+SHOWN_ENTRIES = 3
+
+
 def check_new_dir(run_dir: Path, can_resume: bool) -> None:
-    """A hand-picked hydra.run.dir: nothing a run wrote may be overwritten or mixed with."""
-    held = run_holding(run_dir)
-    if held is None:
-        inner = next(run_dir.expanduser().resolve().rglob(METRICS_FILE), None)
-        if inner is not None:  # e.g. hydra.run.dir=outputs: its runs would then lie inside a run
-            raise ConfigError(
-                f"hydra.run.dir={run_dir} holds other runs ({inner.parent} among them), whose "
-                f"files this one would mix with (give a new folder, or drop hydra.run.dir= for "
-                f"a new dir)"
-            )
+    """The one judge of a hand-picked hydra.run.dir for a new run: a folder that is not there yet
+    or is empty, and that lies inside no run. A folder with anything in it (a source checkout,
+    another program's outputs, another run) is refused: the run's checkpoints/, tb/, metrics.json
+    and tokenizers would land among those files, overwriting any of the same name. Nothing below
+    the folder is searched (hydra.run.dir=/ would search the whole disk)."""
+    path = run_dir.expanduser().resolve()
+    held = run_holding(path)
+    if held is not None and held != path:
+        raise ConfigError(
+            f"hydra.run.dir={run_dir} lies inside the run {held}, whose files are never written "
+            f"to (drop hydra.run.dir= for a new dir{_resume_hint(held, can_resume)})"
+        )
+    try:
+        entries = sorted(entry.name for entry in path.iterdir()) if path.is_dir() else []
+    except OSError as err:  # a folder that cannot be listed cannot be judged
+        raise ConfigError(
+            f"hydra.run.dir={run_dir} cannot be read ({type(err).__name__}: {err.strerror}): a "
+            f"new run needs a new or empty folder (give one, or drop hydra.run.dir= for a new dir)"
+        ) from None
+    if not entries:
         return
-    if held == run_dir.expanduser().resolve():
-        what = "already holds a run, which this one would overwrite"
-    else:
-        what = f"lies inside the run {held}, whose files are never written to"
-    hint = f", or resume={held} to continue that run" if can_resume else ""
-    raise ConfigError(f"hydra.run.dir={run_dir} {what} (drop hydra.run.dir= for a new dir{hint})")
+    if held == path:
+        raise ConfigError(
+            f"hydra.run.dir={run_dir} already holds a run, which this one would overwrite (drop "
+            f"hydra.run.dir= for a new dir{_resume_hint(held, can_resume)})"
+        )
+    shown = ", ".join(entries[:SHOWN_ENTRIES]) + (", ..." if len(entries) > SHOWN_ENTRIES else "")
+    raise ConfigError(
+        f"hydra.run.dir={run_dir} is not empty ({len(entries)} entries: {shown}): a new run "
+        f"goes into a new or empty folder, never among other files (give a new folder, or drop "
+        f"hydra.run.dir= for a new dir under paths.log_dir)"
+    )
 
 
-def hydra_subdir(run_dir: str, mode: object = None) -> str | None:
-    """Where Hydra writes the composed config: a resumed run keeps the original `.hydra/`; a sweep
-    job in a dir that holds one writes none (it is an earlier job's, and train refuses the job)."""
-    if not (Path(run_dir) / RUN_CONFIG).is_file():
-        return ".hydra"
-    if str(mode).endswith("MULTIRUN"):
-        return None
-    return f".hydra/resume_{datetime.now():%Y-%m-%d_%H-%M-%S}"
+def _resume_hint(held: Path, can_resume: bool) -> str:
+    return f", or resume={held} to continue that run" if can_resume and is_run(held) else ""
+
+
+def check_claimed(run_dir: Path, resuming: bool) -> None:
+    """Under the run's lock, before anything is written: a new run's dir still holds no run.
+    Two runs started at once on one hydra.run.dir both pass `check_new_dir` (the dir is empty
+    for both); the one that takes the lock second finds the first one's files here."""
+    if resuming or not (holds_run(run_dir) or (run_dir / RUN_CONFIG).exists()):
+        return
+    raise ConfigError(
+        f"{run_dir} was taken by another run started at the same time (its "
+        f"{RUN_CONFIG if (run_dir / RUN_CONFIG).exists() else METRICS_FILE} is there): a new run "
+        f"needs a folder of its own (give another hydra.run.dir=, or drop it for a new dir)"
+    )
+
+
+def write_run_config(
+    run_dir: Path, config: DictConfig, hydra_config: DictConfig, overrides: list[str]
+) -> Path:
+    """Hydra's three files, written by the process that holds the run's lock: `config.yaml` (the
+    composed config), `hydra.yaml` and `overrides.yaml` (conf/hydra/default.yaml turns off Hydra's
+    own writing, which comes before the job starts: of two runs started at once on one dir, the
+    one refused could leave its config beside the other's record). A resumed run keeps the
+    original and writes its attempt's beside it, in `.hydra/resume_<time>/`. Returns the folder."""
+    folder = run_dir / RUN_CONFIG.parent
+    if (run_dir / RUN_CONFIG).is_file():
+        folder = folder / f"resume_{datetime.now():%Y-%m-%d_%H-%M-%S}"
+    files = {
+        RUN_CONFIG.name: config,
+        "hydra.yaml": OmegaConf.create({"hydra": hydra_config}),
+        RUN_OVERRIDES.name: OmegaConf.create(list(overrides)),
+    }
+    for name, node in files.items():
+        text = OmegaConf.to_yaml(node)
+        write_atomically(folder / name, lambda partial, text=text: partial.write_text(text))
+    return folder
