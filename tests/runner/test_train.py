@@ -72,7 +72,8 @@ from attnexp.runs.dirs import (
     resolve_run_dir,
     run_holding,
 )
-from attnexp.runs.record import RunRecord, writer_alive
+from attnexp.runs.lock import owning
+from attnexp.runs.record import RunRecord
 from attnexp.tasks.callbacks import EpochHistory, FiniteLosses, moved_state
 
 
@@ -433,12 +434,13 @@ def test_a_resume_that_fails_early_keeps_the_runs_record(finished_run, tmp_path)
     _, run_dir, _ = finished_run
     run = shutil.copytree(run_dir, tmp_path / "run")
     before, attempts = read(run / "metrics.json"), sorted(run.glob("metrics.attempt*.json"))
-    # num_workers may differ on resume; a negative count fails when the first loader is made
-    result = run_cli_in_process(tmp_path, *TINY, f"resume={run}", "data.num_workers=-1")
-    assert result.returncode != 0 and "num_workers" in result.stderr
+    # paths.* may differ on resume; a data dir that is not there fails once the run has started
+    missing = f"paths.data_dir={tmp_path}/missing"
+    result = run_cli_in_process(tmp_path, *TINY, f"resume={run}", missing)
+    assert result.returncode != 0 and missing in result.stderr
     record = read(run / "metrics.json")
     (failed,) = record.pop("failed_resumes")
-    assert record == before and "num_workers" in failed["error"] and failed["at"]
+    assert record == before and missing in failed["error"] and failed["at"]
     assert sorted(run.glob("metrics.attempt*.json")) == attempts  # another test may have resumed it
     assert find_checkpoint(run) == (run / before["best_ckpt"]).resolve()
 
@@ -1198,27 +1200,18 @@ def ended_pid() -> int:
     return child.pid
 
 
-def test_writer_alive_tells_a_killed_run_from_a_running_one(tmp_path, monkeypatch):
-    here = {"status": "running", "host": platform.node()}
+def test_a_run_is_still_running_only_while_its_lock_is_held(tmp_path):
+    """A running record whose writer's pid now names another process (pids are reused) may be
+    resumed: whether the run goes on is its lock's to say."""
     started = RunRecord(tmp_path / "started", seed=0, overrides=[])
-    started.start()  # a record says who writes it: a killed run can be told from a running one
+    started.start()  # a record says who wrote it
     mine = read(tmp_path / "started" / "metrics.json")
     assert (mine["pid"], mine["host"]) == (os.getpid(), platform.node())
-    assert writer_alive(mine) is True
-    assert writer_alive({**here, "pid": os.getpid()}) is True
-    assert writer_alive({**here, "pid": ended_pid()}) is False  # killed: it never wrote `failed`
-    assert writer_alive({**here, "pid": os.getpid(), "host": "elsewhere"}) is None  # can't tell
-    assert writer_alive(here) is None  # a record without a pid: nothing to look for
-    assert writer_alive({**here, "pid": os.getpid(), "status": "completed"}) is False
-    (tmp_path / "metrics.json").write_text(json.dumps({**here, "pid": ended_pid()}))
-    check_not_running(tmp_path, "resume=auto")  # its writer is gone: it may be resumed
+    check_not_running(tmp_path / "started", "resume=auto")  # alive pid, but no lock held
+    busy = rf"still running \(process {os.getpid()} on "
+    with owning(tmp_path / "started", "train"), pytest.raises(ConfigError, match=busy):
+        check_not_running(tmp_path / "started", "resume=auto")
     check_not_running(tmp_path / "no-record", "resume=auto")
-
-    def another_users(pid: int, signal: int) -> None:
-        raise PermissionError(1, "Operation not permitted")
-
-    monkeypatch.setattr(os, "kill", another_users)
-    assert writer_alive({**here, "pid": 1}) is True  # alive, not ours to signal
 
 
 def test_a_run_still_going_is_not_resumed(finished_run, tmp_path):
@@ -1228,14 +1221,17 @@ def test_a_run_still_going_is_not_resumed(finished_run, tmp_path):
     saved = going / ".hydra" / "overrides.yaml"  # as if started here: resume=auto compares paths.*
     saved.write_text(saved.read_text().replace(str(tmp), str(tmp_path)))
     record = read(going / "metrics.json")
-    record.update(status="running", host=platform.node(), pid=os.getpid())  # alive: this test
+    record.update(status="running", host=platform.node(), pid=os.getpid())
     (going / "metrics.json").write_text(json.dumps(record))
-    before = snapshot(going)
-    for resume in (going, "auto"):  # auto: the newest run with these overrides is that one
-        resumed = run_cli(tmp_path, *TINY, f"resume={resume}")
-        assert resumed.returncode == 2, resumed.stderr[-4000:]
-        assert f"the run in {going} is still running (pid {os.getpid()}" in resumed.stderr
-        assert "Traceback" not in resumed.stderr and snapshot(going) == before
+    with owning(going, "train"):  # the run at work: this test holds its lock
+        before = snapshot(going)
+        for resume in (going, "auto"):  # auto: the newest run with these overrides is that one
+            resumed = run_cli(tmp_path, *TINY, f"resume={resume}")
+            assert resumed.returncode == 2, resumed.stderr[-4000:]
+            assert f"the run in {going} is still running (process {os.getpid()} on" in (
+                resumed.stderr
+            )
+            assert "Traceback" not in resumed.stderr and snapshot(going) == before
 
 
 def snapshot(run_dir: Path) -> dict[str, bytes]:

@@ -6,8 +6,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
-import sys
 
 import pytest
 from cli_helpers import RUN_MODULES, run_counting_imports
@@ -17,6 +15,7 @@ from omegaconf import OmegaConf
 from attnexp.cli.report import main as report_main
 from attnexp.runs import collect, report
 from attnexp.runs.dirs import natural_key
+from attnexp.runs.lock import owning
 from attnexp.viz.report import plot_bag_sizes, plot_val_curves
 
 
@@ -103,7 +102,8 @@ def sweep(tmp_path):
         overrides=["scorer=bilinear", "seed=1", "trainer.max_epochs=2"],
         history=curve(0.4, 0.5),
     )
-    return root
+    with owning(root / "5_scorer=bilinear,seed=1", "train"):  # the job at work holds its lock
+        yield root
 
 
 def test_report_rows_statuses_and_metrics(sweep):
@@ -599,16 +599,17 @@ def test_nan_metric_does_not_crash_and_is_counted(tmp_path):
     assert written["bag_size"].stat().st_size > 1000
 
 
-def test_a_run_whose_process_is_gone_is_marked_killed(tmp_path):
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child.wait()  # its pid now names no process: the run was killed before it could write `failed`
-    here = {"host": platform.node()}
-    write_run(tmp_path, "gone", status="running", pid=child.pid, history=curve(0.5), **here)
-    write_run(tmp_path, "elsewhere", status="running", pid=child.pid, host="other-machine")
-    write_run(tmp_path, "no_pid", status="running")  # no process to look for: left as it says
-    rows = list(csv.DictReader(report.write_report(tmp_path)["csv"].open()))
+def test_running_means_the_run_dir_lock_is_held(tmp_path):
+    """A killed run's pid may be taken by a new process (here: this one, alive): it was shown as
+    running. Only a held lock says a run is at work, on whatever machine."""
+    alive_pid = {"pid": os.getpid(), "host": platform.node()}
+    write_run(tmp_path, "pid_reused", status="running", history=curve(0.5), **alive_pid)
+    write_run(tmp_path, "elsewhere", status="running", pid=1, host="other-machine")
+    write_run(tmp_path, "at_work", status="running", **alive_pid)
+    with owning(tmp_path / "at_work", "train"):
+        rows = list(csv.DictReader(report.write_report(tmp_path)["csv"].open()))
     statuses = {r["run"]: r["status"] for r in rows}
-    assert statuses == {"elsewhere": "running", "gone": "killed", "no_pid": "running"}
+    assert statuses == {"pid_reused": "killed", "elsewhere": "killed", "at_work": "running"}
 
 
 def test_names_in_natural_order():

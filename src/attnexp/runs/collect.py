@@ -17,8 +17,9 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from attnexp.runs.dirs import flat_config, natural_key
+from attnexp.runs.lock import lock_held
 from attnexp.runs.machine import NOT_RECORDED, machine_label
-from attnexp.runs.record import METRICS_FILE, read_record, writer_alive
+from attnexp.runs.record import METRICS_FILE, read_record
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,7 @@ DATA_KEY = "data_source"  # the data a run saw: sample | hub | local:<data dir>
 DATA_HASH_KEY = "data_hash"  # a content hash of the data files it read (train records it)
 UNREADABLE = "unreadable"  # the status of a metrics.json that is not a run record
 EVALUATE = "evaluate"  # metrics.json "kind" of an evaluation record
-KILLED = "killed"  # a record left `running` by a process that is gone
+KILLED = "killed"  # a record left `running` whose run dir's lock nobody holds
 _ABSENT = object()
 SKIP_DIRS = {"checkpoints", "tb", ".hydra", ".submitit", "__pycache__"}  # never hold run records
 
@@ -167,7 +168,7 @@ def read_run(path: Path, root: Path) -> Run:
         log.warning("cannot read %s: %s", path, error)
         return Run(path.parent, name, UNREADABLE, None, {}, {}, error=error)
     status = record.get("status", "unknown")
-    if status == "running" and writer_alive(record) is False:  # it never got to write `failed`
+    if status == "running" and lock_held(path.parent) is False:  # it never got to write `failed`
         status = KILLED
     metrics = dict(record.get("metrics") or {})
     history = list(record.get("history") or [])

@@ -26,7 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnexp.errors import ConfigError, exit_with
 from attnexp.files import TORCH_LOAD_ERRORS, checkpoint_value, not_a_folder, write_atomically
-from attnexp.runs.record import LAST_CKPT, METRICS_FILE, existing_record, writer_alive
+from attnexp.runs.lock import lock_held, owner_of
+from attnexp.runs.record import LAST_CKPT, METRICS_FILE, existing_record
 
 log = logging.getLogger(__name__)
 
@@ -333,11 +334,10 @@ def check_resume_epochs(resume: str, max_epochs: object) -> None:
 
 def check_not_running(run_dir: Path, setting: str) -> None:
     """Two processes must never write one run dir: its run's writer must have stopped."""
-    record = existing_record(run_dir)  # none readable: nothing says it is running
-    if writer_alive(record):
+    if lock_held(run_dir):
         raise ConfigError(
-            f"{setting}: the run in {run_dir} is still running (pid {record['pid']} on this "
-            f"machine); wait for it to end or stop it, then resume it"
+            f"{setting}: the run in {run_dir} is still running ({owner_of(run_dir)} holds its "
+            f"lock); wait for it to end or stop it, then resume it"
         )
 
 

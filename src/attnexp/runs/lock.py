@@ -25,6 +25,25 @@ def owner_of(run_dir: Path) -> str:
         return "another process"
 
 
+def lock_held(run_dir: Path | str) -> bool | None:
+    """Whether a process holds `run_dir`'s lock now (tried without waiting, and let go at once):
+    what tells a run at work from one killed before it could write `failed`, whatever became of
+    its pid (a pid is reused by new processes). None where that cannot be told: a lock file this
+    user may not open."""
+    path = Path(run_dir) / LOCK_FILE
+    if not path.is_file():  # never locked (or by an attnexp without locks): nobody holds it
+        return False
+    lock = FileLock(path, timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        return True
+    except OSError:
+        return None
+    lock.release()
+    return False
+
+
 @contextmanager
 def owning(run_dir: Path | str, command: str) -> Iterator[None]:
     """Holds `run_dir` for this process inside the block; raises ConfigError, at once, when

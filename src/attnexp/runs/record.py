@@ -42,27 +42,6 @@ def existing_record(run_dir: Path) -> dict:
         return {}
 
 
-def writer_alive(record: dict) -> bool | None:
-    """Whether the process writing a `running` record is still alive: True or False on the machine
-    that wrote it, None where that cannot be told (another machine, or a record without a pid).
-
-    A killed run (SIGKILL, out of memory, power loss) never gets to write `failed`, so its record
-    says `running` for ever. A pid taken over by a new process reads as alive: the safe side.
-    """
-    if record.get("status") != "running":
-        return False
-    pid = record.get("pid")
-    if not isinstance(pid, int) or record.get("host") != platform.node():
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's process
-        return True
-    return True
-
-
 RESERVE_FILE = ".reserve"  # space held back for the record's last write on a full disk
 RESERVE_BYTES = 256 * 1024
 
@@ -140,7 +119,7 @@ class RunRecord:
             "version": attnexp.__version__,
             "started_at": datetime.now().isoformat(timespec="seconds"),
             "host": platform.node(),
-            "pid": os.getpid(),  # with host: tells a run still going from one killed (`writer_alive`)
+            "pid": os.getpid(),  # who wrote it; whether it still runs is the lock's to say
             "machine": describe_machine() if write else None,
             "warnings": [],
             **(extra or {}),

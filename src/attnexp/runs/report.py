@@ -5,8 +5,8 @@ Writes into <dir>: `report.csv` (one row per run: its varied settings, status, f
 accuracy per epoch for each variant, and BLEU for translation runs; accuracy against bag size for
 bag runs). Reads only the
 runs' `metrics.json` and `.hydra/`, so it works on incomplete sweeps and on runs still going
-(their last epoch is shown and the status says `running`, or `killed` where the process that
-wrote `running` is gone from this machine).
+(their last epoch is shown and the status says `running` while the run dir's lock is held, or
+`killed` where nobody holds it: the process that wrote `running` ended without a word).
 
 Which runs are variants of one another, and which one counts where a seed is repeated: see
 `attnexp.runs.collect`.
