@@ -4,6 +4,7 @@ import itertools
 import os
 import pathlib
 import pickle
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -60,6 +61,21 @@ def next_attempt(path: Path) -> tuple[int, Path]:
         if not kept.exists():
             return k, kept
     raise AssertionError("unreachable")
+
+
+def cannot_make_folders(path: Path) -> tuple[Path, OSError] | None:
+    """(the nearest existing folder of `path`, why) when no folder can be made in it (read-only,
+    no permission, a virtual file system such as /proc); None when one can. Tried with an empty
+    folder, removed at once."""
+    path = Path(path).expanduser()
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        return None
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".attnexp-probe-", dir=existing))
+    except OSError as err:
+        return existing, err
+    return None
 
 
 def not_a_folder(path: Path) -> Path | None:

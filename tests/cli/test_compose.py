@@ -58,3 +58,15 @@ def test_run_settings_go_inside_overrides():
     # Hydra's own settings are not the run's: adding one is Hydra's business
     cfg = compose_command_cfg("predict", ["ckpt_path=x", "+hydra.job.env_set.FOO=1"])
     assert cfg.ckpt_path == "x"
+
+
+@pytest.mark.parametrize("command", ["evaluate", "predict"])
+def test_overrides_that_a_finished_run_cannot_take_are_named(command):
+    """The run's saved tokenizer wins: these were accepted and changed nothing."""
+    line = 'overrides=["data.vocab_size=50","data.lowercase=false","data.batch_size=8"]'
+    with pytest.raises(ConfigError) as refused:
+        compose_command_cfg(command, ["ckpt_path=x", line])
+    said = str(refused.value)
+    assert said.startswith(f"{command}: overrides=['data.vocab_size=50', 'data.lowercase=false']")
+    assert "fixes data.vocab_size, data.lowercase" in said and "batch_size" not in said
+    compose_command_cfg(command, ["ckpt_path=x", 'overrides=["data.batch_size=8"]'])

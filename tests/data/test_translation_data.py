@@ -1,5 +1,7 @@
 """fra-eng and Multi30k DataModules: the split by source, references, tokenizers, batches."""
 
+import gzip
+
 import pytest
 import torch
 from translation_data import write_fra_eng, write_multi30k
@@ -192,6 +194,56 @@ def test_too_few_sources_for_the_held_out_sets_names_the_keys():
     pairs = [(f"s{i}.", f"t{i}.") for i in range(10)]
     with pytest.raises(ConfigError, match="data.test_sources"):
         split_by_source(pairs, val_sources=5, test_sources=5, split_seed=0)
+
+
+def test_a_train_head_that_takes_every_pair_is_named():
+    """It ended in '0 distinct sources cannot give 2000 test ...', naming other keys."""
+    pairs = [(f"s{i}.", f"t{i}.") for i in range(10)]
+    for head in (10, 50):
+        with pytest.raises(ConfigError, match=rf"data.train_head={head} .* 10 pairs"):
+            split_by_source(pairs, val_sources=1, test_sources=1, split_seed=0, train_head=head)
+    splits, _ = split_by_source(pairs, val_sources=1, test_sources=1, split_seed=0, train_head=6)
+    assert len(splits["train"]) == 6
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        (lambda gz: gz.write_bytes(gz.read_bytes()[:-12]), r"is not a whole gzip file"),
+        (lambda gz: gz.write_bytes(b"not gzip at all"), r"is not a whole gzip file"),
+        (
+            lambda gz: gz.write_bytes(gzip.compress("caf\xe9\n".encode("latin-1"))),
+            r"is not UTF-8 text",
+        ),
+    ],
+    ids=["truncated", "not-gzip", "not-utf8"],
+)
+def test_a_damaged_multi30k_file_is_named(tmp_path, damage, said):
+    """EOFError and UnicodeDecodeError came without the file's name (fra.txt's were clean)."""
+    folder = write_multi30k(tmp_path / "data")
+    damage(folder / "train.en.gz")
+    dm = Multi30kDataModule(data_dir=str(tmp_path / "data"), cache_dir=str(tmp_path / "c"))
+    with pytest.raises(ConfigError, match=rf"{folder / 'train.en.gz'} {said}"):
+        dm.setup("fit")
+
+
+def test_a_token_id_cache_of_other_texts_is_built_again(tmp_path, caplog):
+    """A cache file with another row count gave an IndexError; now it is a cache miss."""
+    first = fra_eng(tmp_path)
+    caches = sorted((tmp_path / "cache" / "translation").glob("*.pt"))
+    assert caches
+    for cache in caches:
+        flat = torch.load(cache, weights_only=True)
+        one_row = {"ids": flat["ids"][:3], "lengths": torch.tensor([3])}
+        torch.save(one_row, cache)
+    with caplog.at_level("WARNING"):
+        again = fra_eng(tmp_path)
+    assert "token ids again: the cached one is broken" in caplog.text
+    assert "not the" in caplog.text and "rows of these texts" in caplog.text
+    assert again.splits["train"].sources == first.splits["train"].sources
+    for stage, dataset in first.datasets.items():
+        assert again.datasets[stage].src == dataset.src
+        assert again.datasets[stage].tgt == dataset.tgt
 
 
 def test_the_probe_batch_draws_one_alignment_panel_per_sentence(tmp_path):

@@ -105,3 +105,16 @@ def test_the_run_that_holds_the_lock_writes_its_own_config(tmp_path):
     assert "seed=3" in yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
     assert (run_dir / ".hydra" / "hydra.yaml").is_file()
     assert json.loads((run_dir / "metrics.json").read_text())["seed"] == 3
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_a_log_dir_where_no_folder_can_be_made_is_one_line(tmp_path):
+    """paths.log_dir=/proc gave three chained FileNotFoundErrors from Hydra."""
+    result, imported = run_counting_imports(["-m", "attnexp", "paths.log_dir=/proc"], tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines() == [
+        "error: paths.log_dir=/proc: no folder can be made in /proc (FileNotFoundError: No such "
+        "file or directory), so no output dir can be made there (set paths.log_dir=<a folder "
+        "this user can write>)"
+    ]
+    assert not imported & RUN_MODULES

@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 from attnexp.errors import ConfigError
 from attnexp.runner.config import package_configs
 from attnexp.runs.dirs import override_key
+from attnexp.schema import fixed_by_run
 
 
 def not_a_setting(command: str, override: str) -> ConfigError:
@@ -46,7 +47,7 @@ def compose_command_cfg(command: str, overrides: list[str]) -> DictConfig:
             if key.startswith("+") and not key.startswith("+hydra"):
                 raise not_a_setting(command, override)
         try:
-            return compose(command, overrides=overrides)
+            cfg = compose(command, overrides=overrides)
         except Exception as err:  # Hydra's override/config errors
             key = re.match(r"Could not override '([^']+)'", str(err))
             bad = [o for o in overrides if key and override_key(o) == key.group(1)]
@@ -59,3 +60,19 @@ def compose_command_cfg(command: str, overrides: list[str]) -> DictConfig:
                 else ""
             )
             raise ConfigError(f"{command}: {str(err).splitlines()[0]}{hint}") from None
+    check_run_overrides(command, [str(o) for o in cfg.get("overrides") or []])
+    return cfg
+
+
+def check_run_overrides(command: str, overrides: list[str]) -> None:
+    """A finished run reads text with the tokenizer it saved: `overrides=[...]` of a key that
+    tokenizer was built from (`fixed_by_run` in attnexp.schema: the vocabulary, lowercasing, the
+    languages) would be accepted and change nothing."""
+    fixed = [o for o in overrides if fixed_by_run(override_key(o))]
+    if fixed:
+        keys = ", ".join(override_key(o) for o in fixed)
+        raise ConfigError(
+            f"{command}: overrides={fixed} cannot take effect: the run reads text with the "
+            f"tokenizer it saved, which fixes {keys} (drop them; to test other tokenizer "
+            f"settings, train a run with them)"
+        )

@@ -90,6 +90,14 @@ def split_by_source(
         held_out = [k for k in by_source if k not in train_keys]
     else:
         held_out = list(by_source)
+    if train_head is not None and not held_out:
+        raise ConfigError(
+            f"fra-eng: data.train_head={train_head} trains on the first {min(train_head, len(pairs))} "
+            f"of the {len(pairs)} pairs (after the data.max_tokens length filter), whose sources "
+            f"are all the sources there are: none is left to hold out for validation and test "
+            f"(set data.train_head below {len(pairs)}, e.g. d2l's 600; null: hold out sources "
+            f"from the whole file)"
+        )
     if len(held_out) <= (0 if train_head is not None else test_sources + val_sources):
         raise ConfigError(
             f"fra-eng: {len(held_out)} distinct sources cannot give {test_sources} test and "

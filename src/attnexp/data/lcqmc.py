@@ -29,6 +29,7 @@ from attnexp.data.splits import check_sides, random_split
 from attnexp.data.text import (
     cache_folder,
     cached,
+    fitting_flat_ids,
     load_tokenizer,
     not_utf8,
     reused_tokenizer,
@@ -276,7 +277,7 @@ class LCQMCDataModule(AttnDataModule):
         flat = cached(
             self.cache_folder / f"{name}-{key}.pt",
             lambda: self._encode_flat(pairs),
-            torch.load,
+            lambda file: fitting_flat_ids(torch.load(file, weights_only=True), len(pairs[0])),
             lambda value, file: torch.save(value, file),
             f"lcqmc {name} encodings",
         )

@@ -7,10 +7,10 @@ Sources, tried in this order with `data.source=auto`:
 No embedded sample. Standard splits: 29,000 / 1,014 / 1,000 captions; one reference each.
 """
 
-import gzip
 from pathlib import Path
 
 from attnexp.data.sources import resolve
+from attnexp.data.text import read_lines
 from attnexp.data.translation import TranslationDataModule, length_filter
 from attnexp.errors import ConfigError
 
@@ -21,10 +21,9 @@ HUB_LANGUAGES = ("en", "de")
 
 
 def read_side(folder: Path, stem: str, lang: str) -> list[str]:
-    for name, opener in ((f"{stem}.{lang}.gz", gzip.open), (f"{stem}.{lang}", open)):
+    for name in (f"{stem}.{lang}.gz", f"{stem}.{lang}"):
         if (folder / name).is_file():
-            with opener(folder / name, "rt", encoding="utf-8") as handle:
-                return handle.read().removesuffix("\n").split("\n")
+            return read_lines(folder / name, f"multi30k's {name}")
     raise ConfigError(
         f"multi30k: no {stem}.{lang}.gz in {folder} (put the task-1 files there, or set "
         f"paths.data_dir=<folder holding multi30k/>)"

@@ -15,10 +15,12 @@ A tokenizer carries its own normaliser (lowercase, `<br />` removal), so the `to
 in a run dir reproduces exactly what training saw when evaluate/predict reload it.
 """
 
+import gzip
 import hashlib
 import json
 import logging
 import os
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -64,11 +66,21 @@ def not_utf8(path: Path, err: UnicodeDecodeError, what: str) -> ConfigError:
 
 def read_lines(path: Path, what: str) -> list[str]:
     """A text file's lines (`what` names it in errors): UTF-8 with a BOM dropped, split at "\n"
-    only (a form feed or U+2028 stays inside its line), a Windows "\r" line end removed."""
+    only (a form feed or U+2028 stays inside its line), a Windows "\r" line end removed. A
+    `.gz` file is read through gzip; one cut short or corrupt is refused naming it."""
     try:
-        text = Path(path).read_text(encoding="utf-8-sig")
+        if Path(path).suffix == ".gz":
+            with gzip.open(path, "rt", encoding="utf-8-sig") as handle:
+                text = handle.read()
+        else:
+            text = Path(path).read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as err:
         raise not_utf8(path, err, what) from None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+        raise ConfigError(
+            f"{path} is not a whole gzip file ({type(err).__name__}: {err}): {what} was cut short "
+            f"or damaged (download it again, or put the uncompressed file there)"
+        ) from None
     lines = text.removesuffix("\n").split("\n") if text else []
     return [line.removesuffix("\r") for line in lines]
 
@@ -265,6 +277,22 @@ def cached(
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, lambda partial: write(value, partial))
     return value
+
+
+def fitting_flat_ids(flat: dict, rows: int) -> dict:
+    """A token-id cache's tensors (`lengths`, one per row, and `ids` with any other per-token
+    column laid end to end), refused with a ValueError (`cached` then builds it again) unless
+    they hold `rows` rows of `lengths.sum()` tokens each column: a cache file of other texts
+    under this name (copied in, edited) would give rows that belong to no text."""
+    lengths = flat["lengths"]
+    total = int(lengths.sum())
+    columns = {key: value.numel() for key, value in flat.items() if key != "lengths"}
+    if len(lengths) != rows or any(count != total for count in columns.values()):
+        raise ValueError(
+            f"it holds {len(lengths)} rows ({total} tokens; columns {columns}), not the {rows} "
+            f"rows of these texts"
+        )
+    return flat
 
 
 def trained_tokenizer(

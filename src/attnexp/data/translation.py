@@ -22,6 +22,7 @@ from attnexp.data.text import (
     PAD_ID,
     cache_folder,
     cached,
+    fitting_flat_ids,
     load_tokenizer,
     texts_hash,
     tokenizer_hash,
@@ -262,7 +263,7 @@ class TranslationDataModule(AttnDataModule):
         flat = cached(
             self.cache_folder / f"{texts_hash(texts, tokenizer_hash(tokenizer))}.pt",
             encode,
-            lambda file: torch.load(file, weights_only=True),
+            lambda file: fitting_flat_ids(torch.load(file, weights_only=True), len(texts)),
             lambda value, file: torch.save(value, file),
             f"{side} token ids",
         )

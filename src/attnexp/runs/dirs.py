@@ -25,7 +25,13 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from attnexp.errors import ConfigError, exit_with
-from attnexp.files import TORCH_LOAD_ERRORS, checkpoint_value, not_a_folder, write_atomically
+from attnexp.files import (
+    TORCH_LOAD_ERRORS,
+    cannot_make_folders,
+    checkpoint_value,
+    not_a_folder,
+    write_atomically,
+)
 from attnexp.runs.lock import lock_held, owner_of
 from attnexp.runs.record import LAST_CKPT, METRICS_FILE, existing_record
 
@@ -454,6 +460,14 @@ def check_output_root(config: DictConfig, dir_key: str) -> None:
         raise ConfigError(
             f"{key}={path}: {blocker} is a file, so no output dir can be made there (set "
             f"{key}=<a folder>)"
+        )
+    refused = cannot_make_folders(Path(str(path))) if path is not None else None
+    if refused is not None:
+        folder, err = refused
+        raise ConfigError(
+            f"{key}={path}: no folder can be made in {folder} ({type(err).__name__}: "
+            f"{err.strerror}), so no output dir can be made there (set {key}=<a folder this "
+            f"user can write>)"
         )
 
 
