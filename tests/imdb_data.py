@@ -45,15 +45,8 @@ def train_in_process(cfg, run_dir: Path) -> dict:
     with open_dict(cfg):
         cfg.hydra.runtime.output_dir = str(run_dir)
     HydraConfig.instance().set_config(cfg)
-    (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
     job_cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
-    OmegaConf.save(job_cfg, run_dir / ".hydra" / "config.yaml")
-    choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
-    OmegaConf.save(
-        OmegaConf.create({"hydra": {"runtime": {"choices": choices}}}),
-        run_dir / ".hydra" / "hydra.yaml",
-    )
-    return run(job_cfg)
+    return run(job_cfg)  # which writes .hydra/, as under Hydra
 
 
 TINY_MODEL = (

@@ -27,6 +27,7 @@ ALLOWED: dict[str, dict[object, str]] = {
     "data.split_seed": SEED,
     "data.num_workers": {0: "load batches in the training process"},
     "data.shift": {0: "no random translation of the digits"},
+    "data.eval_variable_max": {0: "no variable-size test set"},
     "data.val_bleu_sources": {0: "no val/bleu, validation loss and accuracy only"},
     "model.dropout": {0: "no dropout"},
     "model.embed_dropout": {0: "no dropout"},

@@ -223,7 +223,7 @@ SCHEMA: dict[str, dict[str, Rule]] = {
         "bag_size": POSITIVE,
         "min_bag_size": POSITIVE,
         "eval_bag_sizes": ListOf(item=POSITIVE),
-        "eval_variable_max": POSITIVE,
+        "eval_variable_max": COUNT,  # 0: no variable-size test set
         "num_train_bags": nullable(POSITIVE, "one bag per training image"),
         "num_eval_bags": nullable(POSITIVE, "pool size // mean bag size"),
         "shift": COUNT,

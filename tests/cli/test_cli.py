@@ -52,8 +52,8 @@ def test_a_typo_in_a_key_is_named_before_torch_is_imported(tmp_path):
 def test_a_run_imports_its_training_code(tmp_path):
     """The counterpart: the import lines above do name torch once a run starts (a bad
     setting found by the run's own checks, so nothing trains)."""
-    result, imported = run_entry(tmp_path, "data.source=sample", "data.batch_size=0")
-    assert result.returncode == 2 and "data.batch_size" in result.stderr
+    result, imported = run_entry(tmp_path, "data.source=nowhere")
+    assert result.returncode == 2 and "data.source 'nowhere'" in result.stderr
     assert {"torch", "pytorch_lightning"} <= imported
 
 

@@ -1472,14 +1472,12 @@ def test_config_errors(compose_cfg, overrides, match):
 @pytest.mark.parametrize(
     "override,match",
     [
+        # declared in attnexp.schema: said as its range, by the command line and here alike
+        ("trainer.devices=0", r"^trainer.devices=0 must be a whole number >= 1 or "),
+        ("trainer.limit_val_batches=-1", r"^trainer.limit_val_batches=-1 must be a whole number"),
         (
-            "trainer.devices=0",
-            r"^train: Lightning refuses a trainer.\* setting: .*`Trainer\(devices=0\)` value is "
-            r"not a valid input",
-        ),
-        (
-            "trainer.limit_val_batches=-1",
-            r"^train: Lightning refuses a trainer.\* setting: .*value -1 for limit_val_batches",
+            "trainer.strategy=foo",
+            r"^train: Lightning refuses a trainer.\* setting: .*foo",
         ),
     ],
 )
@@ -1506,7 +1504,7 @@ def test_trainer_settings_lightning_refuses_are_said_before_loading(
         ),
         (
             "callbacks.model_checkpoint.save_top_k=-2",
-            r"^train: Lightning refuses a callbacks.model_checkpoint.\* setting: .*save_top_k",
+            r"^callbacks.model_checkpoint.save_top_k=-2 must be a whole number >= -1",
         ),
         (
             "callbacks.lr_monitor.logging_interval=foo",
