@@ -25,6 +25,7 @@ from attnexp.data.imdb import IMDBDataModule
 from attnexp.data.lcqmc import LCQMCDataModule
 from attnexp.models import ModelOutput
 from attnexp.runs.dirs import RunDirGuard
+from attnexp.runs.lock import owning
 from attnexp.runs.record import WORKER_KEYS, RunRecord
 from attnexp.tasks import ClassificationTask
 from attnexp.tasks.callbacks import EndSpawnedProcessGroup, EpochHistory
@@ -292,7 +293,7 @@ def test_resume_auto_checks_the_run_the_run_dir_resolver_finds(tmp_path, monkeyp
             "hydra": {"run": {"dir": "unused"}, "overrides": {"task": [], "hydra": []}},
         }
     )
-    with pytest.raises(SystemExit):
+    with owning(run_dir, "train"), pytest.raises(SystemExit):  # rank 0 holds its run's lock
         RunDirGuard().on_run_start(config)
     assert f"the run in {run_dir} is still running" in capsys.readouterr().err
 

@@ -2,6 +2,9 @@
 the process that holds the run's lock (two runs started at once on one dir)."""
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -118,3 +121,38 @@ def test_a_log_dir_where_no_folder_can_be_made_is_one_line(tmp_path):
         "this user can write>)"
     ]
     assert not imported & RUN_MODULES
+
+
+@pytest.mark.slow
+def test_two_runs_started_at_once_on_one_dir(tmp_path):
+    """The race itself, as a user meets it: one run is refused, and the dir's config, overrides
+    and record are all the other one's."""
+    run_dir = tmp_path / "shared"
+    (tmp_path / "data").mkdir()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    paths = [f"paths.log_dir={tmp_path}/outputs", f"paths.data_dir={tmp_path}/data"]
+    runs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "attnexp",
+                *paths,
+                *TINY,
+                f"seed={seed}",
+                f"hydra.run.dir={run_dir}",
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in (1, 2)
+    ]
+    ends = [(run.communicate(timeout=300)[1], run.returncode)[::-1] for run in runs]
+    assert sorted(code for code, _ in ends) == [0, 2], ends
+    seed = json.loads((run_dir / "metrics.json").read_text())["seed"]
+    assert seed == (1, 2)[[code for code, _ in ends].index(0)]
+    assert yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())["seed"] == seed
+    assert f"seed={seed}" in yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
