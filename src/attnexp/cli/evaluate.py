@@ -23,6 +23,7 @@ from attnexp.errors import ConfigError, exit_with
 from attnexp.runner.config import register_resolvers
 from attnexp.runner.load import check_ckpt_exists
 from attnexp.runs.dirs import natural_key
+from attnexp.runs.lock import owning
 from attnexp.runs.record import METRICS_FILE, RunRecord
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,8 @@ def main(cfg: DictConfig) -> None:
     out_dir = Path(hydra_cfg.runtime.output_dir)
     cli_overrides = list(hydra_cfg.overrides.task)
     try:
-        data = evaluate(cfg, out_dir, cli_overrides)
+        with owning(out_dir, "evaluate"):  # held while it runs: the report's `running`
+            data = evaluate(cfg, out_dir, cli_overrides)
     except ConfigError as err:
         record_refusal(out_dir, cli_overrides, err)
         exit_with(err)
