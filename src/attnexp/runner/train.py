@@ -29,13 +29,15 @@ from attnexp.runner.build import build, check_data_dir, resolved_data_dir
 from attnexp.runner.config import register_resolvers
 from attnexp.runner.threads import set_threads
 from attnexp.runner.trainer import check_trainer_settings, device_name, make_trainer, monitors
-from attnexp.runs.dirs import flat_config, holds_run, is_other_rank, override_arg
+from attnexp.runs.dirs import NO_RESUME, flat_config, holds_run, is_other_rank, override_arg
 from attnexp.runs.lock import owning
 from attnexp.runs.record import LAST_CKPT, WORKER_KEYS, RunRecord
+from attnexp.runs.requeue import RECORD_KEY, requeued_run, scheduler_job
 from attnexp.runs.sweeps import check_strategy
 from attnexp.tasks import ClassificationTask
 from attnexp.tasks.callbacks import best_checkpoint_callback
 from attnexp.tasks.loggers import log_run_hparams
+from attnexp.tasks.preemption import Preempted, StopOnPreemption
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +121,11 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
 
     if resume_ckpt is not None:
         log.info("resuming from %s (global step %d)", resume_ckpt, resume_step)
+    preemption = next(c for c in trainer.callbacks if isinstance(c, StopOnPreemption))
     try:
-        trainer.fit(task, datamodule=datamodule, ckpt_path=resume_ckpt, weights_only=True)
-    except ConfigError:  # ours (a loss that turned NaN, say) says what to change
+        with preemption.catching():
+            trainer.fit(task, datamodule=datamodule, ckpt_path=resume_ckpt, weights_only=True)
+    except (ConfigError, Preempted):  # ours (a loss that turned NaN, say) says what to change
         raise
     except Exception:
         # Lightning's own error goes on as it is; a monitor that names no logged metric is the
@@ -316,7 +320,20 @@ def flatten_hparams(tree: dict) -> dict:
 def run(cfg: DictConfig) -> dict[str, float]:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
-    if hydra_cfg.mode == RunMode.MULTIRUN and not is_other_rank() and holds_run(run_dir):
+    # a preempted job that its scheduler requeued: the same run, in the same dir, continues
+    if (
+        cfg.get("resume") in NO_RESUME
+        and holds_run(run_dir)
+        and requeued_run(run_dir, writes_record=not is_other_rank())
+    ):
+        log.warning("the job was requeued: continuing its run in %s", run_dir)
+        cfg.resume = str(run_dir)
+    if (
+        hydra_cfg.mode == RunMode.MULTIRUN
+        and not is_other_rank()
+        and holds_run(run_dir)
+        and not cfg.get("resume")
+    ):
         raise ConfigError(
             f"hydra.sweep.subdir={hydra_cfg.sweep.subdir} puts job {hydra_cfg.job.num} into "
             f"{run_dir}, which holds a run already (an earlier job's, or this job's from an "
@@ -362,11 +379,16 @@ def record_and_run(cfg: DictConfig, run_dir: Path, hydra_cfg) -> dict[str, float
         write=not is_other_rank(),
     )
     record.start()
+    job = scheduler_job()
+    if job is not None:  # a requeued job tells its own run by it
+        record.update(**{RECORD_KEY: job})
     try:
         metrics = fit_and_test(cfg, run_dir, record)
     except BaseException as err:  # Ctrl-C and crashes alike leave status=failed behind
         refusal = spawned_refusal(err) or disk_full(err, run_dir)
         record.fail(refusal or err)
+        if isinstance(err, Preempted):
+            err.hand_over()  # the scheduler requeues the job; this process ends
         if refusal is not None:
             raise refusal from err
         if isinstance(err, SIGTERMException):  # a SystemExit with code 0: make it a failure

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from attnexp.errors import ConfigError, exit_with
 from attnexp.files import TORCH_LOAD_ERRORS, checkpoint_value, not_a_folder
 from attnexp.runs.record import LAST_CKPT, METRICS_FILE, existing_record, writer_alive
+from attnexp.runs.requeue import job_run_name
 
 log = logging.getLogger(__name__)
 
@@ -137,8 +138,8 @@ def resolve_run_dir(resume: str | None, runs_root: str, overrides: list[str]) ->
     `RunDirGuard` has checked a `resume=<dir>` before this runs.
     """
     root = Path(runs_root)
-    if resume in NO_RESUME:
-        return str(root / new_run_name(overrides))
+    if resume in NO_RESUME:  # under SLURM, named by the job: all its tasks share the dir
+        return str(root / (job_run_name(run_label(overrides)) or new_run_name(overrides)))
     if resume == "auto":
         found, completed = find_resumable(root, list(overrides))
         if found is None:
@@ -464,6 +465,8 @@ def check_new_dir(run_dir: Path, can_resume: bool) -> None:
 def hydra_subdir(run_dir: str, mode: object = None) -> str | None:
     """Where Hydra writes the composed config: a resumed run keeps the original `.hydra/`; a sweep
     job in a dir that holds one writes none (it is an earlier job's, and train refuses the job)."""
+    if is_other_rank():  # rank 0 writes the run's .hydra/ (Lightning's relaunch sets its own)
+        return None
     if not (Path(run_dir) / RUN_CONFIG).is_file():
         return ".hydra"
     if str(mode).endswith("MULTIRUN"):
