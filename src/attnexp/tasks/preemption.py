@@ -3,7 +3,8 @@ signal named by SUBMITIT_PREEMPT_SIGNAL; SIGUSR1 from a plain `sbatch --signal=U
 
 While a run trains, the signal only marks the run as preempted; `StopOnPreemption` then saves
 `checkpoints/last.ckpt` at the next batch end and stops training with `Preempted` at the next
-batch start (every rank at the same batch). The train flow records the run as preempted and
+batch start, or at the end of training (every rank at the same batch). Not at an epoch's end:
+the epoch's row of the record is written at the next epoch's start. The train flow records the run as preempted and
 hands the signal to the handler that was there before (submitit's, which requeues the job and
 exits); the requeued job continues the run from that checkpoint (runs/requeue.py).
 
@@ -108,7 +109,7 @@ class StopOnPreemption(pl.Callback):
             return
         # every rank decides alike (a rank stopping alone would leave the others waiting)
         if trainer.strategy.reduce_boolean_decision(self.received is not None, all=False):
-            trainer.save_checkpoint(self.last_ckpt)
+            trainer.save_checkpoint(self.last_ckpt, weights_only=False)
             self.saved = True
 
     def _stop(self) -> None:
@@ -117,9 +118,6 @@ class StopOnPreemption(pl.Callback):
             raise Preempted(signum, self.previous.get(signum, signal.SIG_DFL))
 
     def on_train_batch_start(self, *args: object) -> None:
-        self._stop()
-
-    def on_train_epoch_end(self, *args: object) -> None:
         self._stop()
 
     def on_train_end(self, *args: object) -> None:
