@@ -1,0 +1,76 @@
+"""Preemption end to end, through submitit on this machine (hydra/launcher=submitit_local): a
+2-job sweep whose job 0 gets submitit's preemption signal in the middle of an epoch; submitit
+requeues it, it continues its own run, and ends with the metrics of job 1, never interrupted."""
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_helpers import run_cli
+
+from attnexp.runs import report
+
+HERE = Path(__file__).resolve().parents[1]  # tests/: the signalling callback's module
+
+# 2 epochs of 6 batches, a validation (and last.ckpt) every 3 batches; the signal comes at the
+# end of batch 4, between two validations. The jobs differ in their logger only.
+RUN = [
+    "model=bag_attn",  # no dropout: the run does not depend on the RNG state a checkpoint keeps
+    "scorer=dot",
+    "data.source=sample",
+    "data.batch_size=16",
+    "data.eval_bag_sizes=[1,3]",
+    "data.eval_variable_max=2",
+    "model.hidden_size=16",
+    "trainer.max_epochs=2",
+    "trainer.limit_train_batches=6",
+    "trainer.val_check_interval=3",
+    "trainer.limit_val_batches=2",
+    "trainer.limit_test_batches=2",
+    "trainer.enable_progress_bar=false",
+    "callbacks.attention_figures=null",
+]
+
+
+def test_a_preempted_job_is_requeued_and_ends_as_if_never_stopped(tmp_path, monkeypatch):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="pip install -e '.[sweep]'")
+    monkeypatch.setenv("PYTHONPATH", str(HERE))
+    monkeypatch.delenv("SUBMITIT_PREEMPT_SIGNAL", raising=False)
+    sweep = tmp_path / "sweep"
+    signal_once = [
+        "+callbacks.preempt._target_=preemption_helpers.SignalOnce",
+        "+callbacks.preempt.at_batch=4",
+        "+callbacks.preempt.only_job=0",
+        f"+callbacks.preempt.marker={tmp_path / 'signalled'}",
+    ]
+    result = run_cli(
+        tmp_path,
+        "-m",
+        "hydra/launcher=submitit_local",
+        f"hydra.sweep.dir={sweep}",
+        *RUN,
+        "logger=csv,tensorboard",
+        *signal_once,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert (tmp_path / "signalled").is_file()
+    preempted, straight = (sweep / "0_logger=csv"), (sweep / "1_logger=tensorboard")
+
+    first = json.loads((preempted / "metrics.attempt1.json").read_text())
+    assert first["status"] == "failed" and "stopped on SIGUSR2" in first["error"]
+    assert [v["step"] for v in first["validations"]] == [3]  # stopped between two validations
+    records = [json.loads((d / "metrics.json").read_text()) for d in (preempted, straight)]
+    assert [r["status"] for r in records] == ["completed", "completed"]
+    assert records[0]["resumed_from_attempt"] == 1 and "resumed_from_attempt" not in records[1]
+    assert records[0]["scheduler_job"] == first["scheduler_job"]  # the same job, requeued
+    assert records[0]["scheduler_job"]["scheduler"] == "submitit-local"
+    for key in ("metrics", "validations", "history"):
+        assert records[0][key] == records[1][key], key
+    assert not list(straight.glob("metrics.attempt*.json"))
+    log = (preempted / "train.log").read_text()
+    assert "the job was requeued: continuing its run" in log and "global step 4" in log
+
+    # the report reads the jobs of a submitit sweep as any other's
+    written = report.write_report(sweep)
+    assert written["csv"].read_text().count("completed") == 2
+    assert list((sweep / ".submitit").glob("*/*_log.out"))  # submitit's own logs, per job
