@@ -322,7 +322,8 @@ def run(cfg: DictConfig) -> dict[str, float]:
     run_dir = Path(hydra_cfg.runtime.output_dir)
     # a preempted job that its scheduler requeued: the same run, in the same dir, continues
     if (
-        cfg.get("resume") in NO_RESUME
+        scheduler_job() is not None
+        and cfg.get("resume") in NO_RESUME
         and holds_run(run_dir)
         and requeued_run(run_dir, writes_record=not is_other_rank())
     ):
