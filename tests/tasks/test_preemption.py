@@ -55,7 +55,7 @@ def test_a_signal_saves_at_the_batch_end_and_stops_at_the_next_start(tmp_path, m
             max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
             enable_model_summary=False, callbacks=[SignalAt(3), stop], accelerator="cpu",
         )  # fmt: skip
-        with pytest.raises(Preempted) as stopped, stop.catching():
+        with pytest.raises(Preempted) as stopped, stop.catching(trainer):
             trainer.fit(Regression(), DataLoader(torch.randn(40, 3), batch_size=4))
         assert checkpoint_value(tmp_path / "last.ckpt", "global_step") == 3
         assert trainer.global_step == 3  # batch 4 never trained

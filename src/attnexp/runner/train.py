@@ -123,7 +123,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         log.info("resuming from %s (global step %d)", resume_ckpt, resume_step)
     preemption = next(c for c in trainer.callbacks if isinstance(c, StopOnPreemption))
     try:
-        with preemption.catching():
+        with preemption.catching(trainer):
             trainer.fit(task, datamodule=datamodule, ckpt_path=resume_ckpt, weights_only=True)
     except (ConfigError, Preempted):  # ours (a loss that turned NaN, say) says what to change
         raise

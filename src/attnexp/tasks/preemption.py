@@ -25,6 +25,7 @@ from pathlib import Path
 from types import FrameType
 
 import pytorch_lightning as pl
+from pytorch_lightning.strategies.launchers import _MultiProcessingLauncher
 
 from attnexp.errors import ConfigError
 
@@ -92,12 +93,24 @@ class StopOnPreemption(pl.Callback):
             )
         self.received = signum
 
+    def _stop_spawned(self, signum: int, frame: FrameType | None) -> None:
+        log.warning(
+            "%s: preempted; under ddp_spawn the ranks train in processes of their own, which "
+            "stop at once: the job continues from the run's last checkpoint (its last "
+            "validation's)",
+            signal.Signals(signum).name,
+        )
+        raise Preempted(signum, self.previous.get(signum, signal.SIG_DFL))
+
     @contextmanager
-    def catching(self) -> Iterator[None]:
+    def catching(self, trainer: pl.Trainer) -> Iterator[None]:
         """Inside the block (the fit), the preemption signals mark the run instead of reaching
-        the handlers installed before; those are back after it."""
+        the handlers installed before; those are back after it. Under ddp_spawn the signal
+        reaches this process, not the ranks: training stops at once (Lightning ends the ranks)."""
+        spawned = isinstance(trainer.strategy.launcher, _MultiProcessingLauncher)
+        handler = self._stop_spawned if spawned else self._note
         for signum in preemption_signals():
-            self.previous[signum] = signal.signal(signum, self._note)
+            self.previous[signum] = signal.signal(signum, handler)
         try:
             yield
         finally:
