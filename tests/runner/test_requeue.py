@@ -5,6 +5,7 @@ requeues it, it continues its own run, and ends with the metrics of job 1, never
 import json
 from pathlib import Path
 
+import fault_injection
 import pytest
 from cli_helpers import run_cli
 
@@ -12,24 +13,10 @@ from attnexp.runs import report
 
 HERE = Path(__file__).resolve().parents[1]  # tests/: the signalling callback's module
 
-# 2 epochs of 6 batches, a validation (and last.ckpt) every 3 batches; the signal comes at the
-# end of batch 4, between two validations. The jobs differ in their logger only.
-RUN = [
-    "model=bag_attn",  # no dropout: the run does not depend on the RNG state a checkpoint keeps
-    "scorer=dot",
-    "data.source=sample",
-    "data.batch_size=16",
-    "data.eval_bag_sizes=[1,3]",
-    "data.eval_variable_max=2",
-    "model.hidden_size=16",
-    "trainer.max_epochs=2",
-    "trainer.limit_train_batches=6",
-    "trainer.val_check_interval=3",
-    "trainer.limit_val_batches=2",
-    "trainer.limit_test_batches=2",
-    "trainer.enable_progress_bar=false",
-    "callbacks.attention_figures=null",
-]
+# model=bag_attn has no dropout: the run does not depend on the RNG state a checkpoint keeps. 3
+# epochs of 6 batches, a validation (and last.ckpt) every 3 batches; the signal comes at the end
+# of batch 4, between two validations. The jobs differ in their logger only.
+RUN = [*fault_injection.RUN, "callbacks.attention_figures=null"]
 
 
 def test_a_preempted_job_is_requeued_and_ends_as_if_never_stopped(tmp_path, monkeypatch):

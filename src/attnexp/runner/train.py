@@ -125,7 +125,9 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     try:
         with preemption.catching(trainer):
             trainer.fit(task, datamodule=datamodule, ckpt_path=resume_ckpt, weights_only=True)
-    except (ConfigError, Preempted):  # ours (a loss that turned NaN, say) says what to change
+    except ConfigError:  # ours (a loss that turned NaN, say) says what to change
+        raise
+    except Preempted:  # handed to the scheduler, which requeues the job
         raise
     except Exception:
         # Lightning's own error goes on as it is; a monitor that names no logged metric is the
@@ -320,15 +322,7 @@ def flatten_hparams(tree: dict) -> dict:
 def run(cfg: DictConfig) -> dict[str, float]:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
-    # a preempted job that its scheduler requeued: the same run, in the same dir, continues
-    if (
-        scheduler_job() is not None
-        and cfg.get("resume") in NO_RESUME
-        and holds_run(run_dir)
-        and requeued_run(run_dir, writes_record=not is_other_rank())
-    ):
-        log.warning("the job was requeued: continuing its run in %s", run_dir)
-        cfg.resume = str(run_dir)
+    resume_if_requeued(cfg, run_dir)
     if (
         hydra_cfg.mode == RunMode.MULTIRUN
         and not is_other_rank()
@@ -346,6 +340,19 @@ def run(cfg: DictConfig) -> dict[str, float]:
         return record_and_run(cfg, run_dir, hydra_cfg)
     with owning(run_dir, "train"):
         return record_and_run(cfg, run_dir, hydra_cfg)
+
+
+def resume_if_requeued(cfg: DictConfig, run_dir: Path) -> None:
+    """A preempted job that its scheduler requeued runs into its run's dir again: it continues
+    that run (runs/requeue.py tells its own unfinished run from one it must not write into)."""
+    if (
+        scheduler_job() is not None
+        and cfg.get("resume") in NO_RESUME
+        and holds_run(run_dir)
+        and requeued_run(run_dir, writes_record=not is_other_rank())
+    ):
+        log.warning("the job was requeued: continuing its run in %s", run_dir)
+        cfg.resume = str(run_dir)
 
 
 def disk_full(err: BaseException, run_dir: Path) -> ConfigError | None:
