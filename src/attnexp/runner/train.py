@@ -160,7 +160,10 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         trainer.test(
             task, datamodule=datamodule, ckpt_path=best or None, verbose=verbose, weights_only=True
         )
-        metrics.update(scalar_metrics(trainer.callback_metrics))
+        # test/* only: under ddp_spawn the main process's callback_metrics still hold the last
+        # validation's val/*, which would replace the best checkpoint's
+        tested = scalar_metrics(trainer.callback_metrics)
+        metrics.update({k: v for k, v in tested.items() if k.startswith("test/")})
         record.reload(*WORKER_KEYS)  # ddp_spawn: the notes the test's rank-0 worker recorded
         if getattr(task, "results", None):  # sacrebleu signatures, probe translations
             record.update(translation=task.results)
