@@ -19,7 +19,15 @@ HERE = Path(__file__).resolve().parents[1]  # tests/: the signalling callback's 
 RUN = [*fault_injection.RUN, "callbacks.attention_figures=null"]
 
 
-def test_a_preempted_job_is_requeued_and_ends_as_if_never_stopped(tmp_path, monkeypatch):
+# ddp_spawn: rank 0's worker signals the job's process (its parent), where the signal lands; the
+# ranks stop where they are and the run continues from its last validation's checkpoint.
+SPAWNED = ["trainer=ddp_cpu", "data.eval_variable_max=0", "data.eval_bag_sizes=[2]"]
+
+
+@pytest.mark.parametrize(
+    "spawned", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["in-process", "ddp_spawn"]
+)
+def test_a_preempted_job_is_requeued_and_ends_as_if_never_stopped(tmp_path, monkeypatch, spawned):
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="pip install -e '.[sweep]'")
     monkeypatch.setenv("PYTHONPATH", str(HERE))
     monkeypatch.delenv("SUBMITIT_PREEMPT_SIGNAL", raising=False)
@@ -29,6 +37,7 @@ def test_a_preempted_job_is_requeued_and_ends_as_if_never_stopped(tmp_path, monk
         "+callbacks.preempt.at_batch=4",
         "+callbacks.preempt.only_job=0",
         f"+callbacks.preempt.marker={tmp_path / 'signalled'}",
+        f"+callbacks.preempt.parent={spawned}",
     ]
     result = run_cli(
         tmp_path,
@@ -36,6 +45,7 @@ def test_a_preempted_job_is_requeued_and_ends_as_if_never_stopped(tmp_path, monk
         "hydra/launcher=submitit_local",
         f"hydra.sweep.dir={sweep}",
         *RUN,
+        *(SPAWNED if spawned else []),
         "logger=csv,tensorboard",
         *signal_once,
     )
@@ -45,7 +55,8 @@ def test_a_preempted_job_is_requeued_and_ends_as_if_never_stopped(tmp_path, monk
 
     first = json.loads((preempted / "metrics.attempt1.json").read_text())
     assert first["status"] == "failed" and "stopped on SIGUSR2" in first["error"]
-    assert [v["step"] for v in first["validations"]] == [3]  # stopped between two validations
+    if not spawned:  # stopped between two validations
+        assert [v["step"] for v in first["validations"]] == [3]
     records = [json.loads((d / "metrics.json").read_text()) for d in (preempted, straight)]
     assert [r["status"] for r in records] == ["completed", "completed"]
     assert records[0]["resumed_from_attempt"] == 1 and "resumed_from_attempt" not in records[1]
@@ -55,7 +66,8 @@ def test_a_preempted_job_is_requeued_and_ends_as_if_never_stopped(tmp_path, monk
         assert records[0][key] == records[1][key], key
     assert not list(straight.glob("metrics.attempt*.json"))
     log = (preempted / "train.log").read_text()
-    assert "the job was requeued: continuing its run" in log and "global step 4" in log
+    assert "the job was requeued: continuing its run" in log
+    assert spawned or "global step 4" in log
 
     # the report reads the jobs of a submitit sweep as any other's
     written = report.write_report(sweep)
