@@ -94,6 +94,7 @@ def check_one_run(root, stdouts: list[str]) -> dict:
     assert record["scheduler_job"] == {"scheduler": "slurm", "id": "4242"}
     assert any("ddp_spawn under SLURM: trained as ddp" in w for w in record["warnings"])
     assert stdouts[0].count("  val/acc_best ") == 1 and "val/acc_best" not in stdouts[1]
+    assert (run_dir / "train.log").read_text().count("Seed set to 0") == 1  # rank 0's log only
     return record
 
 

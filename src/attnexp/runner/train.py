@@ -340,9 +340,19 @@ def run(cfg: DictConfig) -> dict[str, float]:
             f"it on its own: python -m attnexp <its overrides> {override_arg('resume', run_dir)}"
         )
     if is_other_rank():  # a re-launched DDP rank works under its rank 0's lock
+        leave_log_to_rank_zero()
         return record_and_run(cfg, run_dir, hydra_cfg)
     with owning(run_dir, "train"):
         return record_and_run(cfg, run_dir, hydra_cfg)
+
+
+def leave_log_to_rank_zero() -> None:
+    """A rank > 0 shares rank 0's run dir: its log goes to its stderr (SLURM's, submitit's file
+    per task), not into the run's train.log, which Hydra opened in every rank."""
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+        root.removeHandler(handler)
+        handler.close()
 
 
 def resume_if_requeued(cfg: DictConfig, run_dir: Path) -> None:
