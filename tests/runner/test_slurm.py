@@ -123,6 +123,9 @@ def test_a_job_with_fewer_tasks_than_devices_is_refused(monkeypatch):
     trainer = OmegaConf.create({"devices": 2, "num_nodes": 1})
     with pytest.raises(ConfigError, match="trainer.devices=2.*1 task.*ntasks-per-node=2"):
         check_slurm_tasks(trainer)
+    monkeypatch.delenv("SLURM_NTASKS_PER_NODE")  # salloc -n 1; srun: SLURM_NTASKS only
+    with pytest.raises(ConfigError, match="trainer.devices=2.*1 task"):
+        check_slurm_tasks(trainer)
     monkeypatch.setenv("SLURM_NNODES", "2")
     with pytest.raises(ConfigError, match="trainer.num_nodes=1.*2 node"):
         check_slurm_tasks(OmegaConf.create({"devices": 1, "num_nodes": 1}))

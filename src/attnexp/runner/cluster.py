@@ -31,6 +31,9 @@ def check_slurm_tasks(trainer_cfg: DictConfig) -> None:
         return
     devices, nodes = trainer_cfg.get("devices"), trainer_cfg.get("num_nodes", 1)
     per_node = os.environ.get("SLURM_NTASKS_PER_NODE")
+    tasks = os.environ.get("SLURM_NTASKS", "")
+    if per_node is None and tasks.isdigit() and type(devices) is int and type(nodes) is int:
+        per_node = str(int(tasks) // nodes) if devices * nodes != int(tasks) else None
     if per_node is not None and per_node.isdigit() and devices != int(per_node):
         raise ConfigError(
             f"trainer.devices={devices}, and this SLURM job runs {per_node} task(s) per node "
