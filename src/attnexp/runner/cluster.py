@@ -36,8 +36,8 @@ def check_slurm_tasks(trainer_cfg: DictConfig) -> None:
         per_node = str(int(tasks) // nodes) if devices * nodes != int(tasks) else None
     if per_node is not None and per_node.isdigit() and devices != int(per_node):
         raise ConfigError(
-            f"trainer.devices={devices}, and this SLURM job runs {per_node} task(s) per node "
-            f"(SLURM_NTASKS_PER_NODE): under SLURM each device is one task (submit with "
+            f"trainer.devices={devices}, and this SLURM job runs {per_node} task(s) per node: "
+            f"under SLURM each device is one task (submit with "
             f"hydra/launcher=slurm, which asks for trainer.devices tasks per node, or "
             f"srun --ntasks-per-node={devices}; or set trainer.devices={per_node})"
         )
