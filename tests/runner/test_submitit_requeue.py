@@ -48,6 +48,7 @@ def test_a_preempted_job_is_requeued_and_ends_as_if_never_stopped(tmp_path, monk
         *(SPAWNED if spawned else []),
         "logger=csv,tensorboard",
         *signal_once,
+        timeout=900 if spawned else 300,  # 4 processes at once under ddp_spawn
     )
     assert result.returncode == 0, result.stderr[-4000:]
     assert (tmp_path / "signalled").is_file()
