@@ -16,6 +16,7 @@ callback saves at its end (a resumed run would skip that validation otherwise).
 """
 
 import logging
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -100,6 +101,12 @@ class StopOnPreemption(pl.Callback):
             "validation's)",
             signal.Signals(signum).name,
         )
+        # Lightning leaves spawned ranks running when fit ends in an exception: they would go
+        # on writing the run (its record, its checkpoints) while the requeued job starts. Their
+        # checkpoints and record are written whole or not at all, so a kill leaves either.
+        for rank in multiprocessing.active_children():
+            rank.kill()
+            rank.join()
         raise Preempted(signum, self.previous.get(signum, signal.SIG_DFL))
 
     @contextmanager
