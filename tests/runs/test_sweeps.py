@@ -217,6 +217,7 @@ def test_the_tuned_bag_table_runs_the_reported_commands(compose_cfg, row):
 LAUNCHER_PLUGINS = {
     "parallel": "hydra_plugins.hydra_joblib_launcher",
     "slurm": "hydra_plugins.hydra_submitit_launcher",
+    "submitit_local": "hydra_plugins.hydra_submitit_launcher",
 }
 
 
@@ -232,8 +233,10 @@ def test_launcher_configs_compose(compose_cfg, launcher, plugin):
     pytest.importorskip(plugin, reason="pip install -e '.[sweep]'")
     cfg = compose_cfg(f"hydra/launcher={launcher}", "trainer=ddp_cpu")
     assert "Launcher" in cfg.hydra.launcher._target_
-    if launcher == "slurm":
-        assert cfg.hydra.launcher.tasks_per_node == 1 and cfg.hydra.launcher.nodes == 1
+    if launcher == "slurm":  # one task per device (tests/runner/test_slurm.py)
+        assert cfg.hydra.launcher.tasks_per_node == 2 and cfg.hydra.launcher.nodes == 1
+    if launcher == "submitit_local":  # ddp_spawn starts the ranks inside the one process
+        assert cfg.hydra.launcher.tasks_per_node == 1
 
 
 def test_optuna_search_config_composes(compose_cfg):

@@ -8,6 +8,7 @@ a second. torch and Lightning come with `attnexp.runner.train`, imported once a 
 import importlib.util
 import logging
 import sys
+import warnings
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -23,6 +24,12 @@ from attnexp.runs.sweeps import FAILED_JOBS
 
 log = logging.getLogger(__name__)
 register_resolvers()
+# conf/hydra/launcher/submitit_local.yaml takes the name of the submitit plugin's own config, and
+# Hydra warns (three times a command) that it checks the file against that schema: it sets every
+# key of the schema, so it composes alike with or without the check.
+warnings.filterwarnings(
+    "ignore", message=r"\s*'hydra/launcher/submitit_local' is validated against ConfigStore schema"
+)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://attnexp.conf", config_name="train")

@@ -21,10 +21,16 @@ def register_resolvers() -> None:
         "attnexp.sweep_subdir": lambda num, sweep_dir, overrides, fallback: sweep_subdir(
             num, sweep_dir, list(overrides), fallback
         ),
+        "attnexp.slurm_gpus": slurm_gpus,
     }
     for name, fn in resolvers.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn, use_cache=True)
+
+
+def slurm_gpus(accelerator: str, devices: object) -> object:
+    """hydra/launcher=slurm's GPUs per node: one per device, none for a CPU trainer."""
+    return None if str(accelerator) == "cpu" else devices
 
 
 @contextmanager

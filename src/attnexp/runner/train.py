@@ -41,10 +41,12 @@ from attnexp.runs.dirs import (
 )
 from attnexp.runs.lock import owning
 from attnexp.runs.record import LAST_CKPT, WORKER_KEYS, RunRecord
+from attnexp.runs.requeue import RECORD_KEY, requeued_run, scheduler_job
 from attnexp.runs.sweeps import check_strategy
 from attnexp.tasks import ClassificationTask
 from attnexp.tasks.callbacks import best_checkpoint_callback
 from attnexp.tasks.loggers import log_run_hparams
+from attnexp.tasks.preemption import Preempted, StopOnPreemption
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +130,13 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
 
     if resume_ckpt is not None:
         log.info("resuming from %s (global step %d)", resume_ckpt, resume_step)
+    preemption = next(c for c in trainer.callbacks if isinstance(c, StopOnPreemption))
     try:
-        trainer.fit(task, datamodule=datamodule, ckpt_path=resume_ckpt, weights_only=True)
+        with preemption.catching(trainer):
+            trainer.fit(task, datamodule=datamodule, ckpt_path=resume_ckpt, weights_only=True)
     except ConfigError:  # ours (a loss that turned NaN, say) says what to change
+        raise
+    except Preempted:  # handed to the scheduler, which requeues the job
         raise
     except Exception:
         # Lightning's own error goes on as it is; a monitor that names no logged metric is the
@@ -163,7 +169,10 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         trainer.test(
             task, datamodule=datamodule, ckpt_path=best or None, verbose=verbose, weights_only=True
         )
-        metrics.update(scalar_metrics(trainer.callback_metrics))
+        # test/* only: under ddp_spawn the main process's callback_metrics still hold the last
+        # validation's val/*, which would replace the best checkpoint's
+        tested = scalar_metrics(trainer.callback_metrics)
+        metrics.update({k: v for k, v in tested.items() if k.startswith("test/")})
         record.reload(*WORKER_KEYS)  # ddp_spawn: the notes the test's rank-0 worker recorded
         if getattr(task, "results", None):  # sacrebleu signatures, probe translations
             record.update(translation=task.results)
@@ -325,7 +334,13 @@ def flatten_hparams(tree: dict) -> dict:
 def run(cfg: DictConfig) -> dict[str, float]:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
-    if hydra_cfg.mode == RunMode.MULTIRUN and not is_other_rank() and holds_run(run_dir):
+    resume_if_requeued(cfg, run_dir)
+    if (
+        hydra_cfg.mode == RunMode.MULTIRUN
+        and not is_other_rank()
+        and holds_run(run_dir)
+        and not cfg.get("resume")
+    ):
         raise ConfigError(
             f"hydra.sweep.subdir={hydra_cfg.sweep.subdir} puts job {hydra_cfg.job.num} into "
             f"{run_dir}, which holds a run already (an earlier job's, or this job's from an "
@@ -334,11 +349,34 @@ def run(cfg: DictConfig) -> dict[str, float]:
             f"it on its own: python -m attnexp <its overrides> {override_arg('resume', run_dir)}"
         )
     if is_other_rank():  # a re-launched DDP rank works under its rank 0's lock
+        leave_log_to_rank_zero()
         return record_and_run(cfg, run_dir, hydra_cfg)
     with owning(run_dir, "train"):
         check_claimed(run_dir, resuming=cfg.get("resume") not in NO_RESUME and is_run(run_dir))
         write_run_config(run_dir, cfg, hydra_cfg, list(hydra_cfg.overrides.task))
         return record_and_run(cfg, run_dir, hydra_cfg)
+
+
+def leave_log_to_rank_zero() -> None:
+    """A rank > 0 shares rank 0's run dir: its log goes to its stderr (SLURM's, submitit's file
+    per task), not into the run's train.log, which Hydra opened in every rank."""
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+        root.removeHandler(handler)
+        handler.close()
+
+
+def resume_if_requeued(cfg: DictConfig, run_dir: Path) -> None:
+    """A preempted job that its scheduler requeued runs into its run's dir again: it continues
+    that run (runs/requeue.py tells its own unfinished run from one it must not write into)."""
+    if (
+        scheduler_job() is not None
+        and cfg.get("resume") in NO_RESUME
+        and holds_run(run_dir)
+        and requeued_run(run_dir, writes_record=not is_other_rank())
+    ):
+        log.warning("the job was requeued: continuing its run in %s", run_dir)
+        cfg.resume = str(run_dir)
 
 
 def disk_full(err: BaseException, run_dir: Path) -> ConfigError | None:
@@ -373,11 +411,16 @@ def record_and_run(cfg: DictConfig, run_dir: Path, hydra_cfg) -> dict[str, float
         write=not is_other_rank(),
     )
     record.start()
+    job = scheduler_job()
+    if job is not None:  # a requeued job tells its own run by it
+        record.update(**{RECORD_KEY: job})
     try:
         metrics = fit_and_test(cfg, run_dir, record)
     except BaseException as err:  # Ctrl-C and crashes alike leave status=failed behind
         refusal = spawned_refusal(err) or disk_full(err, run_dir)
         record.fail(refusal or err)
+        if isinstance(err, Preempted):
+            err.hand_over()  # the scheduler requeues the job; this process ends
         if refusal is not None:
             raise refusal from err
         if isinstance(err, SIGTERMException):  # a SystemExit with code 0: make it a failure

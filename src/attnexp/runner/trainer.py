@@ -3,6 +3,7 @@ callbacks.* settings Lightning or torch would refuse with a traceback from deep 
 checked before anything is loaded."""
 
 import copy
+from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
@@ -14,8 +15,9 @@ from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from attnexp.errors import ConfigError
 from attnexp.runner.build import instantiate_checked
+from attnexp.runner.cluster import check_slurm_tasks, slurm_plugins
 from attnexp.runner.settings import check_devices, check_values
-from attnexp.runs.record import RunRecord
+from attnexp.runs.record import LAST_CKPT, RunRecord
 from attnexp.tasks.callbacks import (
     EndSpawnedProcessGroup,
     EpochHistory,
@@ -25,6 +27,7 @@ from attnexp.tasks.callbacks import (
 from attnexp.tasks.checkpoint_io import AtomicCheckpointIO
 from attnexp.tasks.compile import compile_callbacks
 from attnexp.tasks.loggers import RESUMABLE, start_logs
+from attnexp.tasks.preemption import StopOnPreemption
 from attnexp.tasks.progress import progress_callbacks, quiet_lightning_tips
 
 TRAINER_REFUSALS = (TypeError, ValueError, MisconfigurationException)  # how Lightning says no
@@ -47,6 +50,7 @@ def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Tra
         FiniteLosses(),  # a loss that turned NaN ends the run, not its test of NaN weights
         EndSpawnedProcessGroup(),  # ddp_spawn: ends the ranks' process group at each stage's end
         MovedRunCheckpoints(),  # resume= of a run dir that was moved or copied
+        StopOnPreemption(Path(cfg.paths.output_dir) / LAST_CKPT),  # SLURM's, submitit's signal
         *progress_callbacks(cfg.trainer.get("enable_progress_bar", True) is not False),
         *compile_callbacks(cfg.trainer),
     ]
@@ -64,12 +68,14 @@ def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Tra
         if any(isinstance(c, ModelCheckpoint) for c in callbacks)
         else {"enable_checkpointing": False}
     )
+    settings = lightning_settings(cfg.trainer)
+    plugins = [AtomicCheckpointIO(), *slurm_plugins(settings, record)]
     try:
         return instantiate(
-            lightning_settings(cfg.trainer),
+            settings,
             callbacks=callbacks,
             logger=loggers,
-            plugins=[AtomicCheckpointIO()],
+            plugins=plugins,
             **checkpointing,
         )
     except InstantiationException as err:
@@ -190,6 +196,7 @@ def check_trainer_settings(cfg: DictConfig) -> None:
             f"trainer.sync_batchnorm=false)"
         )
     check_devices(cfg.trainer, runs_on_cpu(accelerator))
+    check_slurm_tasks(cfg.trainer)
     check_early_stopping(cfg)
 
 

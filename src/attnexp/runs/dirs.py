@@ -34,6 +34,7 @@ from attnexp.files import (
 )
 from attnexp.runs.lock import lock_held, owner_of
 from attnexp.runs.record import LAST_CKPT, METRICS_FILE, existing_record
+from attnexp.runs.requeue import job_run_name
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +147,8 @@ def resolve_run_dir(resume: str | None, runs_root: str, overrides: list[str]) ->
     `RunDirGuard` has checked a `resume=<dir>` before this runs.
     """
     root = Path(runs_root)
-    if resume in NO_RESUME:
-        return str(root / new_run_name(overrides))
+    if resume in NO_RESUME:  # under SLURM, named by the job: all its tasks share the dir
+        return str(root / (job_run_name(run_label(overrides)) or new_run_name(overrides)))
     if resume == "auto":
         found, completed = find_resumable(root, list(overrides))
         if found is None:
