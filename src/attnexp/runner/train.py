@@ -31,7 +31,7 @@ from attnexp.runner.threads import set_threads
 from attnexp.runner.trainer import check_trainer_settings, device_name, make_trainer, monitors
 from attnexp.runs.dirs import flat_config, holds_run, is_other_rank, override_arg
 from attnexp.runs.lock import owning
-from attnexp.runs.record import LAST_CKPT, WORKER_KEYS, RunRecord
+from attnexp.runs.record import COMPLETED, LAST_CKPT, PRUNED, WORKER_KEYS, RunRecord
 from attnexp.runs.sweeps import check_strategy
 from attnexp.tasks import ClassificationTask
 from attnexp.tasks.callbacks import best_checkpoint_callback
@@ -148,7 +148,9 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
             "no best checkpoint (checkpointing off, e.g. fast_dev_run, or no validation, e.g. "
             "trainer.limit_val_batches=0): testing the final weights"
         )
-    if cfg.get("test", True):
+    if record.data.get("pruned"):
+        log.info("the trial was pruned: the run ends untested")
+    elif cfg.get("test", True):
         # Lightning's table has a column per test set: for the bags' 14, the summary says more
         verbose = not datamodule.test_set_names
         trainer.test(
@@ -372,6 +374,6 @@ def record_and_run(cfg: DictConfig, run_dir: Path, hydra_cfg) -> dict[str, float
         if isinstance(err, SIGTERMException):  # a SystemExit with code 0: make it a failure
             raise SystemExit(128 + signal.SIGTERM) from err
         raise
-    record.complete(metrics)
+    record.complete(metrics, status=PRUNED if record.data.get("pruned") else COMPLETED)
     log.info("run dir: %s", run_dir)
     return metrics

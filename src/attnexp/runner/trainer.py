@@ -6,6 +6,7 @@ import copy
 
 import pytorch_lightning as pl
 import torch
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, open_dict
@@ -16,6 +17,7 @@ from attnexp.errors import ConfigError
 from attnexp.runner.build import instantiate_checked
 from attnexp.runner.settings import check_devices, check_values
 from attnexp.runs.record import RunRecord
+from attnexp.runs.search import trial_identity
 from attnexp.tasks.callbacks import (
     EndSpawnedProcessGroup,
     EpochHistory,
@@ -25,6 +27,7 @@ from attnexp.tasks.callbacks import (
 from attnexp.tasks.checkpoint_io import AtomicCheckpointIO
 from attnexp.tasks.compile import compile_callbacks
 from attnexp.tasks.loggers import RESUMABLE, start_logs
+from attnexp.tasks.pruning import TrialPruning
 from attnexp.tasks.progress import progress_callbacks, quiet_lightning_tips
 
 TRAINER_REFUSALS = (TypeError, ValueError, MisconfigurationException)  # how Lightning says no
@@ -49,6 +52,7 @@ def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Tra
         MovedRunCheckpoints(),  # resume= of a run dir that was moved or copied
         *progress_callbacks(cfg.trainer.get("enable_progress_bar", True) is not False),
         *compile_callbacks(cfg.trainer),
+        *trial_callbacks(record),
     ]
     quiet_lightning_tips()
     loggers = [
@@ -76,6 +80,28 @@ def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Tra
         if not isinstance(err.__cause__, TRAINER_REFUSALS):
             raise
         raise refused_settings(err.__cause__, "trainer", "train") from err.__cause__
+
+
+def trial_callbacks(record: RunRecord) -> list[pl.Callback]:
+    """A job of an Optuna search (hparams_search=...) with hydra.sweeper.monitor set: reports to
+    its trial at each validation, and stops when the study's pruner prunes it."""
+    if not HydraConfig.initialized():
+        return []
+    hydra_cfg = HydraConfig.get()
+    trial = trial_identity(hydra_cfg)
+    if trial is None or trial.monitor is None:
+        return []
+    pruner = hydra_cfg.sweeper.get("pruner")
+    return [
+        TrialPruning(
+            trial.storage,
+            trial.study_name,
+            trial.number,
+            trial.monitor,
+            instantiate(pruner) if pruner is not None else None,
+            record,
+        )
+    ]
 
 
 # trainer.* keys of attnexp's own, not Lightning's: taken out before the Trainer is built.
