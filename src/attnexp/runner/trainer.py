@@ -27,8 +27,8 @@ from attnexp.tasks.callbacks import (
 from attnexp.tasks.checkpoint_io import AtomicCheckpointIO
 from attnexp.tasks.compile import compile_callbacks
 from attnexp.tasks.loggers import RESUMABLE, start_logs
-from attnexp.tasks.pruning import TrialPruning
 from attnexp.tasks.progress import progress_callbacks, quiet_lightning_tips
+from attnexp.tasks.pruning import TrialPruning
 
 TRAINER_REFUSALS = (TypeError, ValueError, MisconfigurationException)  # how Lightning says no
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override, Transformer
+from hydra.core.override_parser.types import Glob, Override, Transformer
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
@@ -76,23 +76,26 @@ def trial_identity(hydra_cfg: DictConfig) -> TrialIdentity | None:
 def distribution(key: str, override: Override) -> Any:
     """An Optuna distribution from Hydra's sweep syntax, as hydra-optuna-sweeper reads it:
     `choice(a, b)` and `a,b` -> categorical; `range(lo, hi[, step])` -> integers (floats if any
-    bound is a float), hi excluded; `interval(lo, hi)` -> floats (integers if both are),
-    `tag(log, interval(...))` on a log scale."""
+    bound is a float), hi excluded; `interval(lo, hi)` -> floats, `tag(log, interval(...))` on a
+    log scale."""
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     value = override.value()
-    if override.is_choice_sweep() or (override.is_range_sweep() and value.shuffle):
-        return CategoricalDistribution(list(override.sweep_iterator(transformer=Transformer.encode)))
-    if override.is_range_sweep():
+    # glob(...) picks config group options by a name pattern: no space Optuna can sample
+    if isinstance(value, Glob):
+        pass
+    elif override.is_choice_sweep() or (override.is_range_sweep() and value.shuffle):
+        return CategoricalDistribution(
+            list(override.sweep_iterator(transformer=Transformer.encode))
+        )
+    elif override.is_range_sweep():  # the last value the range reaches is the upper bound
         start, stop, step = value.start, value.stop, value.step
+        last = start + step * (math.ceil((stop - start) / step) - 1)
         if any(isinstance(v, float) for v in (start, stop, step)):
-            return FloatDistribution(start, stop - step, step=step)
-        return IntDistribution(int(start), int(stop - step), step=int(step))
-    if override.is_interval_sweep():
-        log_scale = "log" in value.tags
-        if isinstance(value.start, int) and isinstance(value.end, int):
-            return IntDistribution(value.start, value.end, log=log_scale)
-        return FloatDistribution(value.start, value.end, log=log_scale)
+            return FloatDistribution(start, last, step=step)
+        return IntDistribution(int(start), int(last), step=int(step))
+    elif override.is_interval_sweep():  # Hydra reads its bounds as floats
+        return FloatDistribution(value.start, value.end, log="log" in value.tags)
     raise ConfigError(
         f"hydra.sweeper.params.{key}={override.input_line.split('=', 1)[1]} is not a search space "
         f"Optuna takes (give choice(a, b, ...), range(lo, hi[, step]), interval(lo, hi) or "
@@ -226,19 +229,23 @@ def search(
     while (todo := min(n_jobs, n_trials - finished_trials(study))) > 0:
         trials = {t.number: t for t in (study.ask(space) for _ in range(todo))}
         for numbers in contiguous_runs(sorted(trials)):
-            batch = [
-                [*fixed, *(f"{k}={v}" for k, v in trials[n].params.items())] for n in numbers
-            ]
+            batch = [[*fixed, *(f"{k}={v}" for k, v in trials[n].params.items())] for n in numbers]
             for number, job_return in zip(numbers, launch(batch, numbers[0]), strict=True):
                 kind, value, why = outcome(job_return)
                 state = states.get(kind, TrialState.FAIL)
                 study.tell(number, value if kind == "complete" else None, state=state)
                 if kind == "fail":
                     log.warning("trial %d failed (%s); the search goes on", number, why)
-    try:
+    counts = {
+        state.name.lower(): len(study.get_trials(deepcopy=False, states=(state,)))
+        for state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    }
+    log.info(
+        "study %s: %d trials finished (%s)",
+        study.study_name,
+        sum(counts.values()),
+        ", ".join(f"{n} {state}" for state, n in counts.items()),
+    )
+    if counts["complete"]:
         best = study.best_trial
-    except ValueError:  # no completed trial
-        log.warning("study %s: no trial completed", study.study_name)
-        return
-    log.info("study %s: best value %s, trial %d, %s", study.study_name, best.value, best.number,
-             best.params)
+        log.info("best: trial %d, value %s, %s", best.number, best.value, best.params)

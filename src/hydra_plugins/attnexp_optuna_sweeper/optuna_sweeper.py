@@ -1,6 +1,6 @@
 """The Sweeper Hydra instantiates from `hydra.sweeper`, and its configs in Hydra's ConfigStore:
 `hydra/sweeper=attnexp_optuna`, `hydra/sweeper/sampler=tpe|random`,
-`hydra/sweeper/pruner=nop|median|successive_halving|hyperband`.
+`hydra/sweeper/pruner=nop|median|successive_halving|hyperband|threshold`.
 
 The keys are hydra-optuna-sweeper's (`storage`, `study_name`, `n_trials`, `n_jobs`, `direction`,
 `sampler`, `params`), plus `pruner` and `monitor` (the metric each validation reports to its
@@ -55,6 +55,13 @@ PRUNERS = {
         "reduction_factor": 4,
         "min_early_stopping_rate": 0,
     },
+    "threshold": {
+        "_target_": "optuna.pruners.ThresholdPruner",
+        "lower": None,
+        "upper": None,
+        "n_warmup_steps": 0,
+        "interval_steps": 1,
+    },
     "hyperband": {
         "_target_": "optuna.pruners.HyperbandPruner",
         "min_resource": 1,
@@ -64,7 +71,9 @@ PRUNERS = {
 }
 
 store = ConfigStore.instance()
-store.store(group="hydra/sweeper", name="attnexp_optuna", node=OptunaSweeperConf, provider="attnexp")
+store.store(
+    group="hydra/sweeper", name="attnexp_optuna", node=OptunaSweeperConf, provider="attnexp"
+)
 for name, node in SAMPLERS.items():
     store.store(group="hydra/sweeper/sampler", name=name, node=node, provider="attnexp")
 for name, node in PRUNERS.items():
