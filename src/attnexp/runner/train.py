@@ -19,7 +19,6 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.accelerators import CPUAccelerator
 from pytorch_lightning.callbacks import ModelCheckpoint
-from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from attnexp.data.base import changed_splits
@@ -35,7 +34,7 @@ from attnexp.runs.record import COMPLETED, LAST_CKPT, PRUNED, WORKER_KEYS, RunRe
 from attnexp.runs.sweeps import check_strategy
 from attnexp.tasks import ClassificationTask
 from attnexp.tasks.callbacks import best_checkpoint_callback
-from attnexp.tasks.loggers import log_run_hparams
+from attnexp.tasks.loggers import log_final
 
 log = logging.getLogger(__name__)
 
@@ -161,13 +160,13 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         if getattr(task, "results", None):  # sacrebleu signatures, probe translations
             record.update(translation=task.results)
 
-    hparams = run_hparams(cfg, record.data.get("choices", {}), datamodule.source)
-    for tb_logger in [lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]:
-        # The HPARAMS tab: each run's config with its final metrics. These are written as scalars
-        # too, under tags of their own (final/...): under val/acc the best checkpoint's value
-        # would be a stray point on the per-validation curve.
-        final = {f"final/{k}": v for k, v in metrics.items() if k.startswith(("val/", "test/"))}
-        log_run_hparams(tb_logger, flatten_hparams(hparams), final, trainer.global_step)
+    hparams = flatten_hparams(run_hparams(cfg, record.data.get("choices", {}), datamodule.source))
+    # Each run's config with its final metrics (TensorBoard's HPARAMS tab, MLflow's params). The
+    # metrics are written under tags of their own (final/...): under val/acc the best
+    # checkpoint's value would be a stray point on the per-validation curve.
+    final = {f"final/{k}": v for k, v in metrics.items() if k.startswith(("val/", "test/"))}
+    for logger in trainer.loggers:
+        log_final(logger, hparams, final, trainer.global_step)
     return metrics
 
 
