@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import TINY, cli_command, run_cli
+from postgres_server import postgres_server, server_binaries
 
 from attnexp.errors import ConfigError
 from attnexp.runs.search import contiguous_runs, search_space, storage_url
@@ -135,3 +136,30 @@ def start_worker(tmp_path: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+
+
+@pytest.mark.slow
+def test_a_search_shared_in_postgresql(tmp_path):
+    """The study in a PostgreSQL server (a throwaway cluster: tests/postgres_server.py); the runs
+    report to it from their own processes (hydra/launcher=parallel) and are pruned through it."""
+    pytest.importorskip("psycopg", reason="pip install -e '.[postgres]'")
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="pip install -e '.[sweep]'")
+    if server_binaries() is None:
+        pytest.skip("no PostgreSQL server binaries (apt-get install -y postgresql)")
+    with postgres_server() as url:
+        result = run_cli(
+            tmp_path,
+            *SEARCH,
+            f"hydra.sweeper.storage='{url}'",
+            "hydra.sweeper.n_trials=2",
+            "hydra.sweeper.n_jobs=2",
+            "hydra/launcher=parallel",
+            "hydra.sweeper.sampler.seed=10",  # its first trial is pruned
+        )
+        assert "2 trials finished" in result.stdout + result.stderr, result.stderr[-4000:]
+        study = optuna.load_study(study_name="bag_attn_search", storage=url)
+        states = [t.state for t in sorted(study.trials, key=lambda t: t.number)]
+    assert states[0] == TrialState.PRUNED and len(states) == 2
+    (sweep,) = (tmp_path / "outputs" / "multiruns").iterdir()
+    record = json.loads(next(sweep.glob("0_*/metrics.json")).read_text())
+    assert record["status"] == "pruned"
