@@ -29,10 +29,11 @@ def test_the_search_space_reads_hydra_optuna_sweepers_syntax():
         "data.batch_size": "interval(8, 64)",
         "seed": "choice(0, 1)",  # the command line's fixed seed wins
     }
-    space, fixed = search_space(params, ["seed=3", "trainer.max_epochs=1,2"])
+    space, fixed = search_space(params, ["seed=3", "trainer.max_epochs=1,2", "+data.extra=1,2"])
     assert fixed == ["seed=3"]
     assert space == {
         "trainer.max_epochs": CategoricalDistribution([1, 2]),
+        "+data.extra": CategoricalDistribution([1, 2]),
         "scorer": CategoricalDistribution(["additive", "dot"]),
         "model.hidden_size": IntDistribution(16, 64, step=16),
         "optimizer.lr": FloatDistribution(0.0001, 0.01, log=True),

@@ -115,7 +115,9 @@ def search_space(
     space, fixed = {}, []
     for override in [*given, *parser.parse_overrides(lines)]:
         if override.is_sweep_override():
-            space[override.key_or_group] = distribution(override.key_or_group, override)
+            # the key as given (`+key` adds one the config lacks), so each trial's override is too
+            key = override.get_key_element()
+            space[key] = distribution(key, override)
         else:
             fixed.append(override.input_line)
     return space, fixed
