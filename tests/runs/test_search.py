@@ -56,8 +56,8 @@ def test_a_relative_sqlite_storage_is_made_absolute(tmp_path, monkeypatch):
     assert storage_url(url, "sweep") == url
 
 
-# The first trial each seed draws (TPE draws its first ones at random): 2 -> data.min_bag_size=1
-# trainer.max_epochs=1 (completes), 10 -> 1, 3 (pruned), 0 -> 5, 1 (fails): every end is seen.
+# The first trials each seed draws (TPE draws its first ones at random): 2 -> data.min_bag_size=1
+# trainer.max_epochs=1 (completes), 10 -> 1, 3 (pruned), 3 -> (5, 3) (fails), then (1, 3).
 SEEDS = (2, 10)
 # A job with data.min_bag_size=5 fails (above the bags' size, 3); 3 epochs of 2 steps are pruned
 # at step 4 (the pruner's first look after its warm-up, whatever the value); 1 epoch completes.
@@ -77,7 +77,8 @@ SEARCH = [
 def test_pruned_and_failed_trials_two_workers_then_a_search_continued(tmp_path):
     """Two worker processes share one sqlite study; each trial's state agrees with its run's
     record (pruned runs say `pruned`, not failed); job numbers are the trials' numbers; a search
-    started again with the same study and storage continues the numbering."""
+    started again with the same study and storage continues the numbering, here with two trials
+    at once through the joblib launcher."""
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     common = [*SEARCH, f"hydra.sweeper.storage={storage}", "hydra.sweeper.n_trials=3"]
     workers = [
@@ -95,11 +96,14 @@ def test_pruned_and_failed_trials_two_workers_then_a_search_continued(tmp_path):
     study = optuna.load_study(study_name="bag_attn_search", storage=storage)
     first = len(study.trials)
     assert 3 <= first <= 4  # each worker stops at 3 finished; one more may be in flight
+    # two more, at once in two processes: they report to the study and are pruned from there
     again = run_cli(
         tmp_path,
         *common[:-1],
-        f"hydra.sweeper.n_trials={first + 1}",
-        "hydra.sweeper.sampler.seed=0",
+        f"hydra.sweeper.n_trials={first + 2}",
+        "hydra.sweeper.n_jobs=2",
+        "hydra/launcher=parallel",
+        "hydra.sweeper.sampler.seed=3",
         f"hydra.sweep.dir={tmp_path / 'later'}",
     )
     assert "trials finished" in again.stdout + again.stderr, again.stderr[-4000:]
@@ -107,10 +111,11 @@ def test_pruned_and_failed_trials_two_workers_then_a_search_continued(tmp_path):
     trials = {
         t.number: t for t in optuna.load_study(study_name="bag_attn_search", storage=storage).trials
     }
-    assert sorted(trials) == list(range(first + 1))
+    assert sorted(trials) == list(range(first + 2))
     runs = {int(p.parent.name.split("_")[0]): p.parent for p in tmp_path.glob("*/*/metrics.json")}
     assert sorted(runs) == sorted(trials)  # one run dir per trial, named by its number
-    assert runs[first].parent.name == "later"
+    assert runs[first].parent.name == runs[first + 1].parent.name == "later"
+    assert trials[first + 1].state == TrialState.PRUNED
     states = set()
     for number, trial in trials.items():
         record = json.loads((runs[number] / "metrics.json").read_text())

@@ -17,6 +17,7 @@ carries values between Optuna's study and Hydra's jobs. The plugin that Hydra fi
 
 import logging
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,6 +173,23 @@ def check_settings(n_trials: int, n_jobs: int, pruner: Any, monitor: str | None)
         )
 
 
+def open_storage(url: str, attempts: int = 3) -> Any:  # optuna.storages.BaseStorage
+    """Optuna's storage at `url`. Workers started together on a new database each create its
+    tables and stamp their version, and all but one fail on the stamp's unique key; the tables
+    are there once the first is done, so the others try again."""
+    import optuna
+    from sqlalchemy.exc import IntegrityError, OperationalError
+
+    for attempt in range(1, attempts + 1):
+        try:
+            return optuna.storages.get_storage(url)
+        except (IntegrityError, OperationalError) as err:
+            if attempt == attempts:
+                raise
+            log.info("storage busy (%s): trying again", type(err).__name__)
+            time.sleep(attempt)
+
+
 def make_study(
     storage: str, study_name: str, direction: str, sampler: Any, pruner: Any
 ) -> Any:  # optuna.Study
@@ -184,7 +202,7 @@ def make_study(
             f"(set hydra.sweeper.direction=...)"
         )
     study = optuna.create_study(
-        storage=storage,
+        storage=open_storage(storage),
         study_name=study_name,
         sampler=sampler,
         pruner=pruner,
