@@ -116,6 +116,8 @@ def test_pruned_and_failed_trials_two_workers_then_a_search_continued(tmp_path):
     assert sorted(runs) == sorted(trials)  # one run dir per trial, named by its number
     assert runs[first].parent.name == runs[first + 1].parent.name == "later"
     assert trials[first + 1].state == TrialState.PRUNED
+    # the exit status counts the failed jobs, never the pruned ones
+    assert again.returncode == [trials[first].state, trials[first + 1].state].count(TrialState.FAIL)
     states = set()
     for number, trial in trials.items():
         record = json.loads((runs[number] / "metrics.json").read_text())
