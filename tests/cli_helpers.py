@@ -20,9 +20,9 @@ TINY = [
 ]
 
 
-def run_cli(
-    tmp_path: Path, *args: str, module: str = "attnexp", timeout: float = 300
-) -> subprocess.CompletedProcess:
+def cli_command(tmp_path: Path, *args: str, module: str = "attnexp") -> tuple[list[str], dict]:
+    """The command line and environment of `python -m <module> <args>` on tiny data under
+    `tmp_path` (outputs in tmp_path/outputs)."""
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
@@ -42,6 +42,13 @@ def run_cli(
         f"paths.data_dir={tmp_path}/data",
         *overrides,
     ]
+    return cmd, env
+
+
+def run_cli(
+    tmp_path: Path, *args: str, module: str = "attnexp", timeout: float = 300
+) -> subprocess.CompletedProcess:
+    cmd, env = cli_command(tmp_path, *args, module=module)
     return subprocess.run(
         cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
     )

@@ -16,11 +16,17 @@ UNPINNED = {
 
 
 def floors() -> dict[str, Version]:
-    """{package: its >= floor} over the dependencies and the extras `.[dev]` installs."""
+    """{package: its >= floor} over the dependencies and the extras `.[dev]` installs (its own
+    and those it names, `attnexp[sweep,...]`)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
+    lines = [*project["dependencies"], *extras["dev"]]
+    for line in extras["dev"]:
+        requirement = Requirement(line)
+        if requirement.name == "attnexp":
+            lines += [item for extra in sorted(requirement.extras) for item in extras[extra]]
     found = {}
-    for line in [*project["dependencies"], *extras["dev"], *extras["sweep"]]:
+    for line in lines:
         requirement = Requirement(line)
         for spec in requirement.specifier:
             if spec.operator == ">=":

@@ -115,7 +115,7 @@ def test_the_summary_shows_the_test_and_validation_accuracies_in_natural_order()
 def test_a_search_given_with_a_plus_is_said_without_its_sweeper(monkeypatch):
     monkeypatch.setattr(train, "plugin_installed", lambda module: False)
     (message,) = missing_sweeper(["seed=1", "+hparams_search=bag_optuna"])
-    assert message.startswith("+hparams_search=bag_optuna runs on the Optuna sweeper")
+    assert message.startswith("+hparams_search=bag_optuna runs on Optuna, which is not installed")
     assert missing_sweeper(["seed=1"]) == []
 
 

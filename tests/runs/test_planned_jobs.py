@@ -6,6 +6,7 @@ from omegaconf import OmegaConf
 
 from attnexp.runs.collect import Run
 from attnexp.runs.report import jobs_never_run
+from attnexp.runs.search import SWEEPER_TARGET
 from attnexp.runs.sweeps import MULTIRUN_FILE, planned_jobs
 
 BASIC = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
@@ -38,8 +39,7 @@ def test_the_sweepers_own_params_are_swept_too(tmp_path):
 
 def test_unknown_where_it_cannot_be_told(tmp_path):
     assert planned_jobs(tmp_path) is None  # no multirun.yaml: a folder of single runs
-    optuna = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
-    assert planned_jobs(sweep_dir(tmp_path, ["seed=0,1"], sweeper=optuna)) is None
+    assert planned_jobs(sweep_dir(tmp_path, ["seed=0,1"], sweeper=SWEEPER_TARGET)) is None
 
 
 def test_the_report_names_the_jobs_that_left_no_record(tmp_path):

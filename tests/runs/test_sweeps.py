@@ -13,6 +13,7 @@ from attnexp.cli.train import plugin_installed
 from attnexp.errors import ConfigError
 from attnexp.runs import report, sweeps
 from attnexp.runs.dirs import write_run_config
+from attnexp.runs.search import SWEEPER_TARGET
 from attnexp.runs.sweeps import FailedJobs, SweepDirGuard, check_strategy, sweep_subdir, swept_keys
 
 
@@ -240,16 +241,17 @@ def test_launcher_configs_compose(compose_cfg, launcher, plugin):
 
 
 def test_optuna_search_config_composes(compose_cfg):
-    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="pip install -e '.[optuna]'")
     cfg = compose_cfg("hparams_search=bag_optuna")
+    assert cfg.hydra.sweeper._target_ == SWEEPER_TARGET
     assert cfg.hydra.sweeper.direction == "maximize" and cfg.optimized_metric == "val/acc_best"
+    assert cfg.hydra.sweeper.pruner._target_ == "optuna.pruners.MedianPruner"
 
 
 def test_an_optuna_search_names_its_jobs_by_the_searched_keys(tmp_path):
     """Two trials with the scorer and the hidden size (TINY) fixed on the command line: each job
     is a completed run named by the one key the search still varies, and the sweep dir keeps the
     sweep's config."""
-    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="pip install -e '.[optuna]'")
+    pytest.importorskip("optuna", reason="pip install -e '.[optuna]'")
     sweep = tmp_path / "search"
     search = ["hparams_search=bag_optuna", "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={sweep}"]
     result = run_cli(tmp_path, *search, "scorer=dot", *TINY)
@@ -264,16 +266,16 @@ def test_an_optuna_search_names_its_jobs_by_the_searched_keys(tmp_path):
     assert "scorer=dot" in OmegaConf.load(sweep / "multirun.yaml").hydra.overrides.task
 
 
-def test_optuna_search_space_without_the_plugin(compose_cfg):
-    """The Optuna plugin is not in the dev extras, so the test above (and test_configs' one for
-    hparams_search=bag_optuna) skip in CI: read the search config as it is written and check that
-    it maximises the metric the runs record and that every value it tries composes."""
+def test_optuna_search_space_composes(compose_cfg):
+    """Read the search config as it is written and check that it maximises the metric the runs
+    record, reports the metric their validations log, and that every value it tries composes."""
     from conftest import CONF_DIR
 
     search = OmegaConf.load(CONF_DIR / "hparams_search" / "bag_optuna.yaml")
     monitor = OmegaConf.load(CONF_DIR / "callbacks" / "default.yaml").model_checkpoint.monitor
     assert search.optimized_metric == f"{monitor}_best" == "val/acc_best"  # fit_and_test's key
     assert search.hydra.sweeper.direction == "maximize"
+    assert f"{search.hydra.sweeper.monitor}_best" == search.optimized_metric
     params = search.hydra.sweeper.params
     assert set(params) == {"scorer", "model.hidden_size", "optimizer.lr"}
     for key, space in params.items():
@@ -436,15 +438,13 @@ def test_resume_is_refused_in_a_multirun(tmp_path, capsys):
     assert not list((tmp_path / "outputs").rglob("metrics.json"))  # no job ran
 
 
-@pytest.mark.skipif(
-    plugin_installed("hydra_plugins.hydra_optuna_sweeper"), reason="the Optuna sweeper is installed"
-)
-def test_a_search_without_its_sweeper_says_how_to_install_it(tmp_path):
-    """Hydra said only "Could not find 'hydra/sweeper/optuna'"."""
+@pytest.mark.skipif(plugin_installed("optuna"), reason="Optuna is installed")
+def test_a_search_without_optuna_says_how_to_install_it(tmp_path):
+    """Hydra said only "Error locating target 'optuna.samplers.TPESampler'"."""
     result = run_cli(tmp_path, "hparams_search=bag_optuna", *TINY)
     assert result.returncode == 2
     assert (
-        "error: hparams_search=bag_optuna runs on the Optuna sweeper, which is not installed: "
+        "error: hparams_search=bag_optuna runs on Optuna, which is not installed: "
         "pip install -e '.[optuna]'" in result.stderr
     )
 

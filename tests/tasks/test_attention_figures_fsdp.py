@@ -51,7 +51,7 @@ def one_rank(rank: int, store: str, failures) -> None:
         wrapped = FSDP(task, device_id=torch.device("cpu"), use_orig_params=True)
         batch = ProbeData().probe_batch(2)
         wrapped(items=batch["items"], mask=batch["mask"]).logits.sum().backward()  # a training step
-        callbacks_module.tensorboard_writers = lambda trainer: ["a writer"]
+        callbacks_module.figure_loggers = lambda trainer: ["a writer"]
         trainer = SimpleNamespace(
             sanity_checking=False, current_epoch=0, global_step=1, datamodule=ProbeData(),
             strategy=SimpleNamespace(model=wrapped),
@@ -88,7 +88,7 @@ def test_attention_figures_under_fsdp(tmp_path, monkeypatch):
 
 def test_attention_figures_are_drawn_every_n_epochs_from_the_first(monkeypatch):
     """every_n_epochs=2 draws at epochs 0, 2, 4 (Lightning's 0-based count); never at the sanity
-    check, nor without a TensorBoard logger to draw into."""
+    check, nor without a logger that takes figures."""
     drawn = []
     monkeypatch.setitem(PREDICTORS, "probe", lambda data: data)
 
@@ -103,11 +103,11 @@ def test_attention_figures_are_drawn_every_n_epochs_from_the_first(monkeypatch):
         sanity_checking=True, current_epoch=0, datamodule=Counting(), strategy=SimpleNamespace()
     )
     figures = callbacks_module.AttentionFigures(num_examples=3, every_n_epochs=2)
-    monkeypatch.setattr(callbacks_module, "tensorboard_writers", lambda trainer: ["a writer"])
+    monkeypatch.setattr(callbacks_module, "figure_loggers", lambda trainer: ["a writer"])
     figures.on_validation_epoch_end(trainer, task)
     trainer.sanity_checking = False
     for trainer.current_epoch in range(5):
         figures.on_validation_epoch_end(trainer, task)
-    monkeypatch.setattr(callbacks_module, "tensorboard_writers", lambda trainer: [])
-    figures.on_validation_epoch_end(trainer, task)  # epoch 4 again, no TensorBoard
+    monkeypatch.setattr(callbacks_module, "figure_loggers", lambda trainer: [])
+    figures.on_validation_epoch_end(trainer, task)  # epoch 4 again, no logger that takes figures
     assert drawn == [(0, 3), (2, 3), (4, 3)]

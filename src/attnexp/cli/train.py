@@ -75,14 +75,14 @@ def plugin_installed(module: str) -> bool:
 
 
 def missing_sweeper(args: list[str]) -> list[str]:
-    """conf/hparams_search/ options use the Optuna sweeper, a Hydra plugin from an extra: without
-    it Hydra says only "Could not find 'hydra/sweeper/optuna'"."""
+    """conf/hparams_search/ options run on attnexp's Optuna sweeper, which needs Optuna (an
+    extra): without it Hydra says only "Error locating target 'optuna.samplers.TPESampler'"."""
     searches = [a for a in args if a.lstrip("+").startswith("hparams_search=")]
-    if not searches or plugin_installed("hydra_plugins.hydra_optuna_sweeper"):
+    if not searches or plugin_installed("optuna"):
         return []
     return [
-        f"{searches[0]} runs on the Optuna sweeper, which is not installed: pip install -e "
-        f"'.[optuna]' (from a source checkout), or pip install 'attnexp[optuna]'"
+        f"{searches[0]} runs on Optuna, which is not installed: pip install -e '.[optuna]' "
+        f"(from a source checkout), or pip install 'attnexp[optuna]'"
     ]
 
 

@@ -19,7 +19,6 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.accelerators import CPUAccelerator
 from pytorch_lightning.callbacks import ModelCheckpoint
-from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from attnexp.data.base import changed_splits
@@ -40,12 +39,12 @@ from attnexp.runs.dirs import (
     write_run_config,
 )
 from attnexp.runs.lock import owning
-from attnexp.runs.record import LAST_CKPT, WORKER_KEYS, RunRecord
+from attnexp.runs.record import COMPLETED, LAST_CKPT, PRUNED, WORKER_KEYS, RunRecord
 from attnexp.runs.requeue import RECORD_KEY, requeued_run, scheduler_job
 from attnexp.runs.sweeps import check_strategy
 from attnexp.tasks import ClassificationTask
 from attnexp.tasks.callbacks import best_checkpoint_callback
-from attnexp.tasks.loggers import log_run_hparams
+from attnexp.tasks.loggers import log_final
 from attnexp.tasks.preemption import Preempted, StopOnPreemption
 
 log = logging.getLogger(__name__)
@@ -163,7 +162,9 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
             "no best checkpoint (checkpointing off, e.g. fast_dev_run, or no validation, e.g. "
             "trainer.limit_val_batches=0): testing the final weights"
         )
-    if cfg.get("test", True):
+    if record.data.get("pruned"):
+        log.info("the trial was pruned: the run ends untested")
+    elif cfg.get("test", True):
         # Lightning's table has a column per test set: for the bags' 14, the summary says more
         verbose = not datamodule.test_set_names
         trainer.test(
@@ -177,13 +178,13 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         if getattr(task, "results", None):  # sacrebleu signatures, probe translations
             record.update(translation=task.results)
 
-    hparams = run_hparams(cfg, record.data.get("choices", {}), datamodule.source)
-    for tb_logger in [lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]:
-        # The HPARAMS tab: each run's config with its final metrics. These are written as scalars
-        # too, under tags of their own (final/...): under val/acc the best checkpoint's value
-        # would be a stray point on the per-validation curve.
-        final = {f"final/{k}": v for k, v in metrics.items() if k.startswith(("val/", "test/"))}
-        log_run_hparams(tb_logger, flatten_hparams(hparams), final, trainer.global_step)
+    hparams = flatten_hparams(run_hparams(cfg, record.data.get("choices", {}), datamodule.source))
+    # Each run's config with its final metrics (TensorBoard's HPARAMS tab, MLflow's params). The
+    # metrics are written under tags of their own (final/...): under val/acc the best
+    # checkpoint's value would be a stray point on the per-validation curve.
+    final = {f"final/{k}": v for k, v in metrics.items() if k.startswith(("val/", "test/"))}
+    for logger in trainer.loggers:
+        log_final(logger, hparams, final, trainer.global_step)
     return metrics
 
 
@@ -426,6 +427,6 @@ def record_and_run(cfg: DictConfig, run_dir: Path, hydra_cfg) -> dict[str, float
         if isinstance(err, SIGTERMException):  # a SystemExit with code 0: make it a failure
             raise SystemExit(128 + signal.SIGTERM) from err
         raise
-    record.complete(metrics)
+    record.complete(metrics, status=PRUNED if record.data.get("pruned") else COMPLETED)
     log.info("run dir: %s", run_dir)
     return metrics

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, open_dict
@@ -18,6 +19,7 @@ from attnexp.runner.build import instantiate_checked
 from attnexp.runner.cluster import check_slurm_tasks, slurm_plugins
 from attnexp.runner.settings import check_devices, check_values
 from attnexp.runs.record import LAST_CKPT, RunRecord
+from attnexp.runs.search import trial_identity
 from attnexp.tasks.callbacks import (
     EndSpawnedProcessGroup,
     EpochHistory,
@@ -29,6 +31,7 @@ from attnexp.tasks.compile import compile_callbacks
 from attnexp.tasks.loggers import RESUMABLE, start_logs
 from attnexp.tasks.preemption import StopOnPreemption
 from attnexp.tasks.progress import progress_callbacks, quiet_lightning_tips
+from attnexp.tasks.pruning import TrialPruning
 
 TRAINER_REFUSALS = (TypeError, ValueError, MisconfigurationException)  # how Lightning says no
 
@@ -53,6 +56,7 @@ def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Tra
         StopOnPreemption(Path(cfg.paths.output_dir) / LAST_CKPT),  # SLURM's, submitit's signal
         *progress_callbacks(cfg.trainer.get("enable_progress_bar", True) is not False),
         *compile_callbacks(cfg.trainer),
+        *trial_callbacks(record),
     ]
     quiet_lightning_tips()
     loggers = [
@@ -82,6 +86,28 @@ def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Tra
         if not isinstance(err.__cause__, TRAINER_REFUSALS):
             raise
         raise refused_settings(err.__cause__, "trainer", "train") from err.__cause__
+
+
+def trial_callbacks(record: RunRecord) -> list[pl.Callback]:
+    """A job of an Optuna search (hparams_search=...) with hydra.sweeper.monitor set: reports to
+    its trial at each validation, and stops when the study's pruner prunes it."""
+    if not HydraConfig.initialized():
+        return []
+    hydra_cfg = HydraConfig.get()
+    trial = trial_identity(hydra_cfg)
+    if trial is None or trial.monitor is None:
+        return []
+    pruner = hydra_cfg.sweeper.get("pruner")
+    return [
+        TrialPruning(
+            trial.storage,
+            trial.study_name,
+            trial.number,
+            trial.monitor,
+            instantiate(pruner) if pruner is not None else None,
+            record,
+        )
+    ]
 
 
 # trainer.* keys of attnexp's own, not Lightning's: taken out before the Trainer is built.

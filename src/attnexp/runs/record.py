@@ -78,7 +78,11 @@ def failure(err: BaseException) -> str:
 
 
 # What the training callbacks record; under ddp_spawn a worker process writes them to the file.
-WORKER_KEYS = ("history", "validations", "best_ckpt", "warnings", "stopped_early")
+WORKER_KEYS = ("history", "validations", "best_ckpt", "warnings", "stopped_early", "pruned")
+# How a run ended: COMPLETED, PRUNED (an Optuna trial its study's pruner stopped early; its metrics
+# are those of its training so far, untested), or FAILED.
+COMPLETED, PRUNED, FAILED = "completed", "pruned", "failed"
+ENDED_WELL = (COMPLETED, PRUNED)
 # What a run's record says of the data it read (train records them once the data are loaded).
 DATA_KEYS = ("data_source", "data_dir", "data_fingerprints")
 
@@ -184,9 +188,10 @@ class RunRecord:
         self.data["duration_s"] = round(time.time() - self.started, 2)
         _write_json(self.path, self.data)
 
-    def complete(self, metrics: dict[str, float]) -> None:
+    def complete(self, metrics: dict[str, float], status: str = COMPLETED) -> None:
+        """The run ended well: COMPLETED, or PRUNED."""
         self.update(
-            status="completed",
+            status=status,
             metrics=metrics,
             finished_at=datetime.now().isoformat(timespec="seconds"),
         )
@@ -202,7 +207,7 @@ class RunRecord:
         if self.write:  # ddp_spawn: what the rank-0 worker recorded before the failure stays
             self.reload(*WORKER_KEYS)
         self.update(
-            status="failed",
+            status=FAILED,
             error=failure(err),
             traceback=traceback.format_exc(limit=20),
             finished_at=datetime.now().isoformat(timespec="seconds"),

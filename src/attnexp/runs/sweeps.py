@@ -29,7 +29,7 @@ from attnexp.runs.dirs import (
     run_holding,
     short_setting,
 )
-from attnexp.runs.record import METRICS_FILE, read_record
+from attnexp.runs.record import ENDED_WELL, METRICS_FILE, read_record
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,8 @@ def sweep_subdir(num: int, sweep_dir: str, overrides: list[str], fallback: str) 
 
 
 class FailedJobs(Callback):
-    """Hydra callback: after a sweep, count its jobs whose metrics.json is not `completed`.
+    """Hydra callback: after a sweep, count its jobs whose metrics.json is not `completed` (or
+    `pruned`: an Optuna trial stopped early by its search, as it should be).
 
     Jobs may run in other processes (joblib workers, SLURM tasks), so the main process cannot
     see their exceptions; their records on disk are the truth. A job still `running` once the
@@ -97,7 +98,7 @@ class FailedJobs(Callback):
                 status = read_record(path).get("status")
             except (OSError, ValueError) as err:
                 status = f"unreadable ({err})"
-            if status != "completed" and path.parent.resolve() not in known:
+            if status not in ENDED_WELL and path.parent.resolve() not in known:
                 FAILED_JOBS.append(str(path.parent.resolve()))
 
 

@@ -1,5 +1,5 @@
-"""Lightning callbacks: attention figures to TensorBoard, a per-epoch history in metrics.json, and
-a clean end of the process group of spawned ranks."""
+"""Lightning callbacks: attention figures to TensorBoard (and MLflow, W&B), a per-epoch history in
+metrics.json, and a clean end of the process group of spawned ranks."""
 
 import logging
 from contextlib import AbstractContextManager, nullcontext
@@ -9,11 +9,11 @@ import matplotlib.pyplot as plt
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
-from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.strategies.launchers import _MultiProcessingLauncher
 
 from attnexp.errors import ConfigError, require_positive
 from attnexp.predictors import predictor_for
+from attnexp.tasks.loggers import figure_loggers, log_figure, log_text
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +37,9 @@ def best_checkpoint_callback(trainer: pl.Trainer) -> ModelCheckpoint | None:
     return next((c for c in trainer.checkpoint_callbacks if c.monitor), None)
 
 
-def tensorboard_writers(trainer: pl.Trainer) -> list:
-    return [lg.experiment for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
-
-
 class AttentionFigures(pl.Callback):
-    """After each validation epoch, draw the attention of a fixed probe batch (tag `attention/...`);
+    """After each validation epoch, draw the attention of a fixed probe batch (tag `attention/...`)
+    into each logger that takes figures (TensorBoard, MLflow, W&B: tasks/loggers.py);
     a predictor with `probe_texts` also logs them as text (translation: `translations/...`).
 
     The DataModule chooses the probe examples (`probe_batch`) and the predictor of its input kind
@@ -57,7 +54,7 @@ class AttentionFigures(pl.Callback):
         self.every_n_epochs = every_n_epochs
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        writers = tensorboard_writers(trainer)
+        writers = figure_loggers(trainer)
         if trainer.sanity_checking or not writers or trainer.current_epoch % self.every_n_epochs:
             return
         datamodule = trainer.datamodule
@@ -86,10 +83,10 @@ class AttentionFigures(pl.Callback):
         step = trainer.fit_loop.epoch_loop._batches_that_stepped
         for tag, text in texts.items():
             for writer in writers:
-                writer.add_text(tag, text, global_step=step)
+                log_text(writer, tag, text, step)
         for tag, figure in (figures or {}).items():
             for writer in writers:
-                writer.add_figure(tag, figure, global_step=step, close=False)
+                log_figure(writer, tag, figure, step)
             plt.close(figure)
 
 

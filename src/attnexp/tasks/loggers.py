@@ -113,3 +113,46 @@ def log_run_hparams(
     writer.add_summary(session_end, step)
     # tb/hparams.yaml: Lightning wrote it, empty, before the test, and never writes it again
     save_hparams_to_yaml(Path(logger.log_dir) / logger.NAME_HPARAMS_FILE, params)
+
+
+# Loggers that take figures and texts (the attention of the probe examples), and how.
+FIGURE_LOGGERS = (loggers.TensorBoardLogger, loggers.MLFlowLogger, loggers.WandbLogger)
+
+
+def figure_loggers(trainer) -> list[loggers.Logger]:
+    return [lg for lg in trainer.loggers if isinstance(lg, FIGURE_LOGGERS)]
+
+
+@rank_zero_only
+def log_figure(logger: loggers.Logger, tag: str, figure, step: int) -> None:
+    """A matplotlib figure at `step`: TensorBoard's image tab, an MLflow artifact
+    (`<tag>/step<step>.png`), a W&B image."""
+    if isinstance(logger, loggers.TensorBoardLogger):
+        logger.experiment.add_figure(tag, figure, global_step=step, close=False)
+    elif isinstance(logger, loggers.MLFlowLogger):
+        logger.experiment.log_figure(logger.run_id, figure, f"{tag}/step{step:07d}.png")
+    elif isinstance(logger, loggers.WandbLogger):
+        logger.log_image(key=tag, images=[figure], step=step)
+
+
+@rank_zero_only
+def log_text(logger: loggers.Logger, tag: str, text: str, step: int) -> None:
+    """A text at `step` (translations of the probe sentences), as log_figure logs figures."""
+    if isinstance(logger, loggers.TensorBoardLogger):
+        logger.experiment.add_text(tag, text, global_step=step)
+    elif isinstance(logger, loggers.MLFlowLogger):
+        logger.experiment.log_text(logger.run_id, text, f"{tag}/step{step:07d}.txt")
+    elif isinstance(logger, loggers.WandbLogger):
+        logger.log_text(key=tag, columns=["text"], data=[[text]], step=step)
+
+
+def log_final(
+    logger: loggers.Logger, params: dict[str, Any], metrics: dict[str, float], step: int
+) -> None:
+    """A run's settings and final metrics (final/...) in any logger: TensorBoard's HPARAMS tab
+    (log_run_hparams), MLflow's params and metrics, W&B's config and summary."""
+    if isinstance(logger, loggers.TensorBoardLogger):
+        log_run_hparams(logger, params, metrics, step)
+    elif isinstance(logger, loggers.MLFlowLogger | loggers.WandbLogger):
+        logger.log_hyperparams(params)
+        logger.log_metrics(metrics, step)
