@@ -36,6 +36,7 @@ from attnexp.runs.sweeps import check_strategy
 from attnexp.tasks import ClassificationTask
 from attnexp.tasks.callbacks import best_checkpoint_callback
 from attnexp.tasks.loggers import log_run_hparams
+from attnexp.tasks.random_state import saved_states
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     datamodule, task = build(cfg, choices, overrides=overrides)
     if resume_ckpt is not None:
         check_resume_data(record.earlier_data, datamodule, cfg.paths.data_dir, cfg.resume)
-        check_resume_fits(task, run_dir, cfg.resume)
+        check_resume_fits(task, run_dir, cfg.resume, trainer.world_size)
     record.update(
         data_source=datamodule.source,
         data_hash=datamodule.data_hash,
@@ -209,7 +210,9 @@ def check_resume_data(earlier: dict, datamodule, data_dir: str, resume: str) -> 
         )
 
 
-def check_resume_fits(task: ClassificationTask, run_dir: Path, resume: str) -> None:
+def check_resume_fits(
+    task: ClassificationTask, run_dir: Path, resume: str, world_size: int
+) -> None:
     """Lightning restores a resumed run's weights and optimizer state inside fit, where a
     checkpoint that this version's model or optimizer cannot take (a run made by an older attnexp:
     a layer of another shape, the parameters split into other groups) ended in its traceback. Both
@@ -217,6 +220,7 @@ def check_resume_fits(task: ClassificationTask, run_dir: Path, resume: str) -> N
     state on a throwaway optimizer, so that is said before anything is trained."""
     ckpt = run_dir / LAST_CKPT
     state = torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)
+    saved_states(state, str(ckpt), world_size)  # said here, not from inside fit
     said = f"resume={resume}: the run's last checkpoint, {ckpt}, does not fit the"
     whole = "A resumed run goes on from the checkpoint's whole training state: it is not resumed"
     try:

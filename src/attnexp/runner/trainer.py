@@ -26,6 +26,7 @@ from attnexp.tasks.checkpoint_io import AtomicCheckpointIO
 from attnexp.tasks.compile import compile_callbacks
 from attnexp.tasks.loggers import RESUMABLE, start_logs
 from attnexp.tasks.progress import progress_callbacks, quiet_lightning_tips
+from attnexp.tasks.random_state import RandomStateCheckpoint
 
 TRAINER_REFUSALS = (TypeError, ValueError, MisconfigurationException)  # how Lightning says no
 
@@ -47,6 +48,7 @@ def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Tra
         FiniteLosses(),  # a loss that turned NaN ends the run, not its test of NaN weights
         EndSpawnedProcessGroup(),  # ddp_spawn: ends the ranks' process group at each stage's end
         MovedRunCheckpoints(),  # resume= of a run dir that was moved or copied
+        RandomStateCheckpoint(),  # a resumed run draws what the uninterrupted one would have
         *progress_callbacks(cfg.trainer.get("enable_progress_bar", True) is not False),
         *compile_callbacks(cfg.trainer),
     ]
