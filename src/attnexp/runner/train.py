@@ -34,7 +34,7 @@ from attnexp.runs.lock import owning
 from attnexp.runs.record import LAST_CKPT, WORKER_KEYS, RunRecord
 from attnexp.runs.sweeps import check_strategy
 from attnexp.tasks import ClassificationTask
-from attnexp.tasks.callbacks import best_checkpoint_callback
+from attnexp.tasks.callbacks import best_checkpoint_callback, last_validation
 from attnexp.tasks.loggers import log_run_hparams
 from attnexp.tasks.random_state import saved_states
 
@@ -120,6 +120,9 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
 
     if resume_ckpt is not None:
         log.info("resuming from %s (global step %d)", resume_ckpt, resume_step)
+        # an interrupted attempt's validations after its checkpoint are done again
+        kept = [row for row in record.data["validations"] if row["step"] <= resume_step]
+        record.update(validations=kept)
     try:
         trainer.fit(task, datamodule=datamodule, ckpt_path=resume_ckpt, weights_only=True)
     except ConfigError:  # ours (a loss that turned NaN, say) says what to change
@@ -141,7 +144,8 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     checkpoint = best_checkpoint_callback(trainer)
     best = checkpoint.best_model_path if checkpoint is not None else ""
     if best:
-        metrics = with_val_of(metrics, validation_at(record, checkpoint_step(best)), record)
+        best_val = validation_at(record, checkpoint_step(best))
+        metrics = with_val_of(metrics, best_val, last_validation(record), record)
         metrics[f"{checkpoint.monitor}_best"] = best_score(checkpoint, best)
         record.record_best(best)
     else:
@@ -260,10 +264,13 @@ def validation_at(record: RunRecord, step: int) -> dict | None:
     return {k: v for k, v in rows[-1].items() if k.startswith("val/")} if rows else None
 
 
-def with_val_of(metrics: dict, best_val: dict | None, record: RunRecord) -> dict:
-    """val/* of the tested (best) checkpoint, and the last validation's as val/*_last; after fit,
-    `callback_metrics` holds the last validation's only."""
-    last = {f"{k}_last": v for k, v in metrics.items() if k.startswith("val/")}
+def with_val_of(
+    metrics: dict, best_val: dict | None, last_val: dict[str, float], record: RunRecord
+) -> dict:
+    """val/* of the tested (best) checkpoint, and the last validation's (`last_val`, from the
+    record: a resumed attempt that trained on past the run's last validation validated nothing)
+    as val/*_last; `metrics`' own val/* are dropped."""
+    last = {f"{k}_last": v for k, v in last_val.items()}
     rest = {k: v for k, v in metrics.items() if not k.startswith("val/")}
     if best_val is None:
         record.warn("no validation recorded at the best checkpoint's step: only val/*_last")
