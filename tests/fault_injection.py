@@ -112,24 +112,51 @@ class Family:
 FAMILIES = {
     "bags": Family((*BAGS, *SCHEDULE), BAG_POINTS),
     "bags, last validation mid-epoch": Family(
-        (*BAGS, "trainer.max_steps=9", "trainer.val_check_interval=4",
-         "trainer.limit_val_batches=2", "trainer.limit_test_batches=2",
-         "trainer.enable_progress_bar=false", "seed=0"),
+        (
+            *BAGS,
+            "trainer.max_steps=9",
+            "trainer.val_check_interval=4",
+            "trainer.limit_val_batches=2",
+            "trainer.limit_test_batches=2",
+            "trainer.enable_progress_bar=false",
+            "seed=0",
+        ),
         MID_EPOCH_POINTS,
-        quick=(("on_train_end", 1),),
+        quick=(("on_train_batch_end", 9),),
     ),  # fmt: skip
     "lstm_attn": Family(
-        ("model=lstm_attn", "data.source=sample", "data.batch_size=16", "data.max_seq_len=32",
-         "model.embed_dim=8", "model.hidden_size=8", *SCHEDULE),
+        (
+            "model=lstm_attn",
+            "data.source=sample",
+            "data.batch_size=16",
+            "data.max_seq_len=32",
+            "model.embed_dim=8",
+            "model.hidden_size=8",
+            *SCHEDULE,
+        ),
     ),  # fmt: skip
     "seq2seq": Family(
-        ("model=seq2seq", *TRANSLATION, "model.embed_dim=16", "model.hidden_size=16",
-         "model.dropout=0.1", "model.teacher_forcing=0.5", *SCHEDULE),
-        quick=(("on_train_epoch_end", 1),),
+        (
+            "model=seq2seq",
+            *TRANSLATION,
+            "model.embed_dim=16",
+            "model.hidden_size=16",
+            "model.dropout=0.1",
+            "model.teacher_forcing=0.5",
+            *SCHEDULE,
+        ),
+        quick=(("on_train_batch_end", 4),),
     ),  # fmt: skip
     "transformer_seq2seq": Family(
-        ("model=transformer_seq2seq", *TRANSLATION, "model.hidden_size=16", "model.depth=1",
-         "model.heads=2", "model.ffn_size=32", *SCHEDULE),
+        (
+            "model=transformer_seq2seq",
+            *TRANSLATION,
+            "model.hidden_size=16",
+            "model.depth=1",
+            "model.heads=2",
+            "model.ffn_size=32",
+            *SCHEDULE,
+        ),
     ),  # fmt: skip
 }
 
@@ -194,9 +221,9 @@ def in_this_process(root: Path, overrides: list[str], kill) -> subprocess.Comple
     import torch
     from hydra.core.global_hydra import GlobalHydra
 
-    from attnexp.runner import train, trainer as trainer_module
+    from attnexp.runner import train
 
-    make = trainer_module.make_trainer
+    make = train.make_trainer
     calls = [0]
 
     def interrupt(*args, **kwargs):
@@ -286,10 +313,14 @@ def run_family(
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| kill point | killed | then | final metrics equal |", "|---|---|---|---|"]
+    lines = [
+        "| model | kill point | killed | then | final metrics equal |",
+        "|---|---|---|---|---|",
+    ]
     for r in rows:
         equal = "yes" if r["equal"] else f"NO ({r['why']})"
-        lines.append(f"| {r['kill']} | {'yes' if r['killed'] else 'no'} | {r['then']} | {equal} |")
+        killed = "yes" if r["killed"] else "no"
+        lines.append(f"| {r['family']} | {r['kill']} | {killed} | {r['then']} | {equal} |")
     return "\n".join(lines)
 
 
@@ -298,18 +329,18 @@ def main() -> None:
     parser.add_argument("--family", action="append", choices=sorted(FAMILIES), default=None)
     parser.add_argument("--out", default=None, help="write the markdown table here")
     args = parser.parse_args()
-    sections, ok = [], True
+    rows, commands = [], []
     for name in args.family or FAMILIES:
         started = time.perf_counter()
-        _, rows = run_family(FAMILIES[name])
+        _, family_rows = run_family(FAMILIES[name])
+        rows += [{"family": name, **row} for row in family_rows]
         minutes = (time.perf_counter() - started) / 60
-        ok = ok and all(r["equal"] and r["killed"] for r in rows)
-        command = " ".join(FAMILIES[name].overrides)
-        sections.append(f"{name} ({minutes:.1f} min): `{command}`\n\n{table(rows)}")
-        print(sections[-1], flush=True)
+        commands.append(f"- {name} ({minutes:.1f} min): `{' '.join(FAMILIES[name].overrides)}`")
+    text = table(rows) + "\n\n" + "\n".join(commands)
+    print(text)
     if args.out:
-        Path(args.out).write_text("\n\n".join(sections) + "\n")
-    sys.exit(0 if ok else 1)
+        Path(args.out).write_text(text + "\n")
+    sys.exit(0 if all(r["equal"] and r["killed"] for r in rows) else 1)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from attnexp.errors import ConfigError, message_lines, spawned_refusal
 from attnexp.files import TORCH_LOAD_ERRORS, allow_checkpoint_globals, checkpoint_value
 from attnexp.runner.build import build, check_data_dir, resolved_data_dir
 from attnexp.runner.config import register_resolvers
+from attnexp.runner.cpu_kernels import check_cpu_kernels
 from attnexp.runner.threads import set_threads
 from attnexp.runner.trainer import check_trainer_settings, device_name, make_trainer, monitors
 from attnexp.runs.dirs import flat_config, holds_run, is_other_rank, override_arg
@@ -99,6 +100,8 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         device=device_name(trainer), torch_threads=set_threads(cfg.trainer.threads, on_cpu)
     )
     datamodule, task = build(cfg, choices, overrides=overrides)
+    if on_cpu:
+        check_cpu_kernels(cfg.trainer.precision, task.model, "trainer.precision")
     if resume_ckpt is not None:
         check_resume_data(record.earlier_data, datamodule, cfg.paths.data_dir, cfg.resume)
         check_resume_fits(task, run_dir, cfg.resume, trainer.world_size)
