@@ -81,14 +81,17 @@ POINTS = (
 # The bags test on 4 sets (the training size, sizes 1 and 3, variable sizes) of 2 batches each.
 BAG_POINTS = (*POINTS[:-2], ("on_test_batch_end", 3), ("on_test_end", 1))
 # trainer.max_steps=9 with a validation every 4 batches in a longer epoch: validations after
-# batches 4 and 8, then one more batch and no validation; training ends mid-epoch.
+# batches 4 and 8 (validation hook calls #2 and #3: #1 is the sanity check), then one more batch
+# and no validation; training ends mid-epoch.
 MID_EPOCH_POINTS = (
     ("on_train_batch_end", 3),
-    ("on_validation_end", 1),
-    ("on_train_batch_end", 5),
-    ("on_validation_start", 2),
-    ("on_save_checkpoint", 3),
     ("on_validation_end", 2),
+    ("on_save_checkpoint", 2),
+    ("on_train_batch_end", 5),
+    ("on_validation_start", 3),
+    ("on_validation_end", 3),
+    ("on_save_checkpoint", 3),
+    ("on_save_checkpoint", 4),
     ("on_train_batch_start", 9),
     ("on_train_batch_end", 9),
     ("on_train_epoch_end", 1),
