@@ -17,12 +17,8 @@ the global random state the resumed attempt finds is whatever the earlier ones l
 """
 
 import argparse
-import contextlib
 import dataclasses
-import importlib
-import io
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -202,12 +198,12 @@ class Interrupted(Exception):
 
 
 def attnexp(root: Path, family: Family, *args: str, kill=None, in_process: bool = False):
+    if in_process:
+        return in_this_process(root, [*family.overrides, *args], kill)
     env = {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     common = [f"paths.log_dir={root}/outputs", f"paths.data_dir={root}/data"]
     common += [*family.overrides, *args]
     (root / "data").mkdir(exist_ok=True)
-    if in_process:
-        return in_this_process(root, common, kill)
     if kill is None:
         cmd = [sys.executable, "-m", "attnexp", *common]
     else:
@@ -218,16 +214,14 @@ def attnexp(root: Path, family: Family, *args: str, kill=None, in_process: bool 
 
 
 def in_this_process(root: Path, overrides: list[str], kill) -> subprocess.CompletedProcess:
-    """`python -m attnexp <overrides>` in this process (as tests/cli_helpers.run_cli_in_process),
-    interrupted by `Interrupted` at the kill point; its returncode is KILLED then."""
+    """`python -m attnexp <overrides>` in this process, interrupted by `Interrupted` at the kill
+    point; its returncode is KILLED then."""
     import pytorch_lightning as pl
-    import torch
-    from hydra.core.global_hydra import GlobalHydra
+    from cli_helpers import run_cli_in_process
 
     from attnexp.runner import train
 
-    make = train.make_trainer
-    calls = [0]
+    make, calls = train.make_trainer, [0]
 
     def interrupt(*args, **kwargs):
         calls[0] += 1
@@ -239,33 +233,15 @@ def in_this_process(root: Path, overrides: list[str], kill) -> subprocess.Comple
         trainer.callbacks.append(type("Kill", (pl.Callback,), {kill[0]: interrupt})())
         return trainer
 
-    cli = importlib.import_module("attnexp.cli.train").cli
-    root_logger = logging.getLogger()
-    handlers, level, threads = root_logger.handlers[:], root_logger.level, torch.get_num_threads()
-    saved_argv, cwd, out, code = sys.argv, Path.cwd(), io.StringIO(), 0
+    if kill is not None:
+        train.make_trainer = make_with_kill
     try:
-        os.chdir(root)
-        sys.argv = ["attnexp", *overrides]
-        if kill is not None:
-            train.make_trainer = make_with_kill
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-            cli()
-    except SystemExit as end:
-        code = end.code if isinstance(end.code, int) else 1
+        result = run_cli_in_process(root, *overrides)
     finally:
         train.make_trainer = make
-        sys.argv = saved_argv
-        os.chdir(cwd)
-        for handler in root_logger.handlers:
-            if handler not in handlers:
-                handler.close()
-        root_logger.handlers[:] = handlers
-        root_logger.setLevel(level)
-        torch.set_num_threads(threads)
-        GlobalHydra.instance().clear()
-    if kill is not None and code != 0 and calls[0] >= kill[1]:
-        code = KILLED
-    return subprocess.CompletedProcess(sys.argv, code, out.getvalue(), out.getvalue())
+    if kill is not None and result.returncode != 0 and calls[0] >= kill[1]:
+        result.returncode = KILLED
+    return result
 
 
 def final_metrics(run_dir: Path) -> dict:
