@@ -49,7 +49,9 @@ BAGS = (
 TRANSLATION = ("data.source=sample", "data.batch_size=16", "data.val_bleu_sources=16")
 
 # (hook, call): the kill comes at that call of the hook. For SCHEDULE: validations after training
-# batches 3, 6, 9, ..., 18; the first checkpoint file is written at the second save.
+# batches 3, 6, 9, ..., 18 (validation hook calls #2 to #7: #1 is the sanity check); a kill
+# at one of the first two saves (the best checkpoint, then last.ckpt, after batch 3) leaves no
+# last.ckpt.
 POINTS = (
     ("on_train_batch_start", 1),
     ("on_train_batch_end", 2),
