@@ -294,14 +294,26 @@ def run_family(
 
 
 def table(rows: list[dict]) -> str:
+    """One row per kill point, one column per family: how the run went on (resumed, or started
+    again without a checkpoint) and whether its final metrics equal the uninterrupted run's."""
+    families = list(dict.fromkeys(r["family"] for r in rows))
+    cells = {(r["kill"], r["family"]): r for r in rows}
     lines = [
-        "| model | kill point | killed | then | final metrics equal |",
-        "|---|---|---|---|---|",
+        "| kill point | " + " | ".join(families) + " |",
+        "|---|" + "---|" * len(families),
     ]
-    for r in rows:
-        equal = "yes" if r["equal"] else f"NO ({r['why']})"
-        killed = "yes" if r["killed"] else "no"
-        lines.append(f"| {r['family']} | {r['kill']} | {killed} | {r['then']} | {equal} |")
+    for kill in dict.fromkeys(r["kill"] for r in rows):
+        line = []
+        for family in families:
+            r = cells.get((kill, family))
+            if r is None:
+                line.append("–")
+            elif not r["killed"]:
+                line.append("NOT KILLED")
+            else:
+                then = "resumed" if r["then"] == "resumed" else "started again"
+                line.append(f"{then}, exact" if r["equal"] else f"{then}, NO ({r['why']})")
+        lines.append(f"| {kill} | " + " | ".join(line) + " |")
     return "\n".join(lines)
 
 
