@@ -16,7 +16,7 @@ from torch import nn
 
 from attnexp.errors import ConfigError
 
-BF16_PRECISIONS = ("bf16-mixed", "bf16-true", "bf16")
+BF16_PRECISIONS = ("bf16-mixed", "bf16-true")  # as Lightning names them (trainer.precision)
 
 
 @functools.cache

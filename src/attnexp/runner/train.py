@@ -101,7 +101,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     )
     datamodule, task = build(cfg, choices, overrides=overrides)
     if on_cpu:
-        check_cpu_kernels(cfg.trainer.precision, task.model, "trainer.precision")
+        check_cpu_kernels(trainer.precision, task.model, "trainer.precision")
     if resume_ckpt is not None:
         check_resume_data(record.earlier_data, datamodule, cfg.paths.data_dir, cfg.resume)
         check_resume_fits(task, run_dir, cfg.resume, trainer.world_size)
