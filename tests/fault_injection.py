@@ -146,7 +146,7 @@ FAMILIES = {
             "model.teacher_forcing=0.5",
             *SCHEDULE,
         ),
-        quick=(("on_train_batch_end", 4),),
+        quick=(("on_validation_end", 6),),  # mid-epoch, in the last epoch
     ),  # fmt: skip
     "transformer_seq2seq": Family(
         (

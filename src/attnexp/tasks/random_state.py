@@ -82,6 +82,16 @@ def saved_states(checkpoint: dict, path: str, world_size: int) -> list[dict]:
     return states
 
 
+def per_rank(trainer: pl.Trainer, value: object) -> list:
+    """`value` of every rank, in rank order, for the checkpoint that rank 0 writes. Every rank
+    builds the checkpoint (Lightning calls the save hooks on all), so all take part."""
+    if trainer.world_size == 1 or not torch.distributed.is_initialized():
+        return [value]
+    values = [None] * trainer.world_size
+    torch.distributed.all_gather_object(values, value)
+    return values
+
+
 class RandomStateCheckpoint(pl.Callback):
     """Puts every rank's random state into each checkpoint; restores this rank's when a resumed
     run trains its first batch."""
@@ -92,12 +102,7 @@ class RandomStateCheckpoint(pl.Callback):
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict
     ) -> None:
-        state = collect()
-        states = [state]
-        if trainer.world_size > 1 and torch.distributed.is_initialized():
-            states = [None] * trainer.world_size  # every rank saves: all take part
-            torch.distributed.all_gather_object(states, state)
-        checkpoint[CHECKPOINT_KEY] = states
+        checkpoint[CHECKPOINT_KEY] = per_rank(trainer, collect())
 
     def on_load_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict
