@@ -20,9 +20,10 @@ def test_every_resumed_run_ends_as_the_uninterrupted_one(tmp_path, name):
 
 @pytest.mark.parametrize("name", QUICK)
 def test_an_interrupted_run_resumes_exactly(tmp_path, name):
-    """seq2seq (dropout, sampled teacher forcing): the random state comes back with the
-    checkpoint. The bags whose last validation is mid-epoch: val/*_last survive a resume that
-    trains past it without validating again."""
+    """seq2seq (dropout, sampled teacher forcing), resumed mid-way through its last epoch: the
+    random state and the epoch's train sums come back with the checkpoint. The bags whose last
+    validation is mid-epoch: val/*_last survive a resume that trains past it without validating
+    again."""
     family = FAMILIES[name]
     _, rows = run_family(family, family.quick, workdir=tmp_path, in_process=True)
     assert all(r["killed"] and r["then"] == "resumed" for r in rows), rows
