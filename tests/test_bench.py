@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
+
+from attnexp.runner.cpu_kernels import runs_in_bf16
 
 ON_GPU = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")]
 ON_CUDA_BF16 = ["--device", "cuda", "--precision", "bf16-mixed"]
@@ -255,6 +258,11 @@ def test_bench_parallel_jobs(tmp_path, monkeypatch):
 def test_bench_lstm_precision(tmp_path, monkeypatch):
     """Every precision x seed a real run of the tuned IMDB recipe (toy sizes, the embedded
     sample); the verdict is against fp32's seeds."""
+    if not runs_in_bf16(nn.LSTM, mixed=True):
+        pytest.skip(
+            f"this CPU (torch's CPU capability {torch.backends.cpu.get_cpu_capability()}) has no "
+            f"bfloat16 LSTM kernel: bf16-mixed LSTM runs are refused here"
+        )
     out, table = tmp_path / "precision.json", tmp_path / "precision.md"
     run_script(
         "bench_lstm_precision.py", monkeypatch, "--precisions", "32-true,bf16-mixed",

@@ -151,14 +151,14 @@ def test_a_mid_epoch_resume_with_a_schedule_sized_from_the_trainer(tmp_path, dat
 
 
 def test_state_is_the_epoch_and_the_batches_handed_out():
-    loader = ResumableLoader(list(range(10)), batch_size=3)
+    loader = ResumableLoader(list(range(10)), batch_size=3, seed=0)
     iterator = iter(loader)
     next(iterator), next(iterator)
     state = loader.state_dict()
     assert state == {"epoch": None, "batches": 2}
     next(iterator)
     assert state == {"epoch": None, "batches": 2}  # a copy: a saved state does not move on
-    resumed = ResumableLoader(list(range(10)), batch_size=3)
+    resumed = ResumableLoader(list(range(10)), batch_size=3, seed=0)
     resumed.load_state_dict(state)
     assert [b.tolist() for b in resumed] == [[6, 7, 8], [9]]  # the rest of that pass
     # counted from where it resumed: interrupted again, it would train on batches twice
@@ -186,3 +186,17 @@ def test_a_checkpoint_from_an_earlier_epoch_skips_nothing():
     resumed.batch_sampler.sampler.set_epoch(1)
     served = [i for batch in resumed for i in batch]
     assert sorted(served) == list(range(12))
+
+
+def test_loaders_draw_nothing_from_the_global_generator():
+    """A resumed run restores the global random state at its first training batch, after its
+    loaders started: one that drew its workers' base seed from the global generator would move
+    the uninterrupted run's next dropout mask on to another."""
+    train = ResumableLoader(list(range(10)), batch_size=3, seed=0)
+    evaluation = bucketed_loader(
+        list(range(10)), [1] * 10, 3, train=False, seed=0, collate_fn=torch.tensor, num_workers=0
+    )
+    state = torch.get_rng_state()
+    for loader in (train, evaluation, train):
+        assert sum(len(batch) for batch in loader) == 10
+    assert torch.equal(torch.get_rng_state(), state)

@@ -23,12 +23,14 @@ from attnexp.data.bag_mnist import BagMNISTDataModule
 from attnexp.data.batching import BucketBatchSampler
 from attnexp.data.imdb import IMDBDataModule
 from attnexp.data.lcqmc import LCQMCDataModule
+from attnexp.files import checkpoint_value
 from attnexp.models import ModelOutput
 from attnexp.runs.dirs import RunDirGuard
 from attnexp.runs.lock import owning
 from attnexp.runs.record import WORKER_KEYS, RunRecord
 from attnexp.tasks import ClassificationTask
 from attnexp.tasks.callbacks import EndSpawnedProcessGroup, EpochHistory
+from attnexp.tasks.random_state import CHECKPOINT_KEY
 
 
 def rank_loaders(make_loader, stage: RunningStage, shuffle: bool, world: int = 2, datamodule=None):
@@ -199,6 +201,9 @@ def test_ddp_cpu_multirun_one_run_dir_per_job(tmp_path):
         assert [h["epoch"] for h in record["history"]] == [0]
         assert record["history"][0]["val/acc"] == metrics["val/acc"]
         assert len(list((job / "checkpoints").glob("*.ckpt"))) == 2  # best and last, once
+        # the random state of each rank, which a resume restores on that rank
+        states = checkpoint_value(job / "checkpoints" / "last.ckpt", CHECKPOINT_KEY)
+        assert len(states) == 2 and all(torch.is_tensor(s["torch"]) for s in states)
         assert len(list(job.rglob("hparams.yaml"))) == 1
 
 

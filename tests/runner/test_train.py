@@ -1803,7 +1803,10 @@ def test_the_validation_at_a_step_is_the_last_one_there():
 def test_a_best_checkpoint_without_its_validation_keeps_the_last_and_says_so():
     notes = []
     metrics = with_val_of(
-        {"val/acc": 0.5, "test/acc": 0.6}, None, SimpleNamespace(warn=notes.append)
+        {"val/acc": 0.4, "test/acc": 0.6},
+        None,
+        {"val/acc": 0.5},
+        SimpleNamespace(warn=notes.append),
     )
     assert metrics == {"test/acc": 0.6, "val/acc_last": 0.5}
     assert notes == ["no validation recorded at the best checkpoint's step: only val/*_last"]

@@ -14,6 +14,7 @@ from attnexp.data.bags import BagPool, FixedBags, RandomBags, check_rule
 from attnexp.data.base import AttnDataModule, data_hash, fingerprint
 from attnexp.data.mnist import IMAGE_SIZE, load_mnist
 from attnexp.data.resumable import ResumableLoader
+from attnexp.data.seeds import loader_generator
 from attnexp.errors import ConfigError, require_fraction, require_non_negative, require_positive
 
 log = logging.getLogger(__name__)
@@ -23,20 +24,25 @@ NUM_CLASSES = 10
 
 
 def bag_loader(
-    pool: BagPool, bags: FixedBags | RandomBags, num_workers: int, resume_at: dict | None = None
+    pool: BagPool,
+    bags: FixedBags | RandomBags,
+    num_workers: int,
+    seed: int,
+    resume_at: dict | None = None,
 ) -> DataLoader:
     """The sampler yields whole batches of bags (no collation), the pool gathers their images.
     Training bags (drawn anew each epoch) come through a loader Lightning can resume mid-epoch
     (`resume_at`: the checkpoint's position, from `AttnDataModule.resume_position`)."""
     train = isinstance(bags, RandomBags)
-    resumable = {"resume_at": resume_at} if train else {}
+    # no loader draws from torch's global generator (see ResumableLoader)
+    own = {"seed": seed, "resume_at": resume_at} if train else {"generator": loader_generator(seed)}
     return (ResumableLoader if train else DataLoader)(
         pool,
         sampler=bags,
         batch_size=None,
         num_workers=num_workers,
         persistent_workers=num_workers > 0,
-        **resumable,
+        **own,
     )
 
 
@@ -248,7 +254,7 @@ class BagMNISTDataModule(AttnDataModule):
         self, split: str, min_size: int, max_size: int, seed_offset: int
     ) -> DataLoader:
         pool, bags = self._fixed_bags(split, min_size, max_size, seed_offset, self.batch_size)
-        return bag_loader(pool, self._rank_share(bags), self.num_workers)
+        return bag_loader(pool, self._rank_share(bags), self.num_workers, self.seed)
 
     def _rank_share(self, bags: FixedBags) -> FixedBags | UnrepeatedDistributedSamplerWrapper:
         """Under DDP, this rank's share of the val/test batches, with none repeated.
@@ -273,10 +279,11 @@ class BagMNISTDataModule(AttnDataModule):
         overfit = self.trainer.overfit_batches if self.trainer is not None else 0
         if not overfit:
             if isinstance(bags, RandomBags):
-                return bag_loader(pool, bags, self.num_workers, self.resume_position())
-            return bag_loader(pool, self._rank_share(bags), self.num_workers)
+                return bag_loader(pool, bags, self.num_workers, self.seed, self.resume_position())
+            return bag_loader(pool, self._rank_share(bags), self.num_workers, self.seed)
         count = int(overfit) if overfit >= 1 else len(bags)
-        return DataLoader([pool[b] for b in itertools.islice(bags, count)], batch_size=None)
+        batches = [pool[b] for b in itertools.islice(bags, count)]
+        return DataLoader(batches, batch_size=None, generator=loader_generator(self.seed))
 
     def train_dataloader(self) -> DataLoader:
         device = self.data_device()

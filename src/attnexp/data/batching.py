@@ -8,7 +8,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Sampler
 
 from attnexp.data.resumable import ResumableLoader
-from attnexp.data.seeds import epoch_seed
+from attnexp.data.seeds import epoch_seed, loader_generator
 from attnexp.data.text import PAD_ID
 
 if TYPE_CHECKING:  # only a type here: the LCQMC loaders need no `datasets` import
@@ -138,11 +138,12 @@ def bucketed_loader(
         non_blocking copy to a GPU runs while the host goes on.
     """
     sampler = bucket_batch_sampler(lengths, batch_size, train, seed, pool_batches)
-    resumable = {"resume_at": resume_at} if train else {}
+    # no loader draws from torch's global generator (see ResumableLoader)
+    own = {"seed": seed, "resume_at": resume_at} if train else {"generator": loader_generator(seed)}
     return (ResumableLoader if train else DataLoader)(
         dataset,
         batch_sampler=sampler,
-        **resumable,
+        **own,
         collate_fn=collate_fn,
         num_workers=num_workers,
         persistent_workers=num_workers > 0,

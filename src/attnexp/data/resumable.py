@@ -6,6 +6,8 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from attnexp.data.seeds import loader_generator
+
 
 class ResumableLoader(DataLoader):
     """Lightning keeps `state_dict()` in every checkpoint and gives it back to `load_state_dict`
@@ -25,10 +27,21 @@ class ResumableLoader(DataLoader):
     Lightning hands the state over only to a loader it builds after the restore; `resume_at` gives
     it at construction, for a loader built before (see `AttnDataModule.state_dict`). A keyword
     argument survives the copy of the loader Lightning makes under DDP to swap its sampler.
+
+    Each epoch draws its workers' base seed from a generator seeded by (`seed`, epoch), never from
+    torch's global one: a resumed run restores the global random state at its first training batch
+    (tasks/random_state.py), after this loader started its epoch.
     """
 
-    def __init__(self, *args: Any, resume_at: dict[str, int | None] | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        seed: int,
+        resume_at: dict[str, int | None] | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(*args, **kwargs)
+        self.seed = seed
         self._position: dict[str, int | None] = {"epoch": None, "batches": 0}
         self._resume_at = dict(resume_at) if resume_at else None
         self._skip = 0  # batches the next pass over the index sampler leaves out
@@ -61,6 +74,7 @@ class ResumableLoader(DataLoader):
         # A generator, so nothing is drawn before the first batch is asked for: by then Lightning
         # has called set_epoch for this epoch, also for the epoch a resumed run continues.
         epoch = self._sampler_epoch()
+        self.generator = loader_generator(self.seed, epoch or 0)
         self._skip = self._batches_to_skip(epoch)
         self._position = {"epoch": epoch, "batches": self._skip}
         batches = super().__iter__()  # reads the index sampler: once, or twice with workers

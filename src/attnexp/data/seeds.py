@@ -1,6 +1,7 @@
 """Seeds of the draws made anew each epoch (training bags, text batch orders)."""
 
 import numpy as np
+import torch
 
 
 def epoch_seed(seed: int, epoch: int, stream: int = 0) -> int:
@@ -18,3 +19,14 @@ def epoch_seed(seed: int, epoch: int, stream: int = 0) -> int:
     else:
         entropy = [seed, epoch]
     return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0])
+
+
+WORKER_STREAM = 2  # epoch_seed stream of the loaders' base seeds (the bags' shifts are stream 1)
+
+
+def loader_generator(seed: int, epoch: int = 0) -> torch.Generator:
+    """The generator a DataLoader draws its base seed from (what its workers are seeded with) when
+    an iteration starts. Without one it draws from torch's global generator, whose state a
+    resumed run restores only at its first training batch, after its loader started: the
+    uninterrupted run's next draw would then be another."""
+    return torch.Generator().manual_seed(epoch_seed(seed, epoch, WORKER_STREAM))

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.accelerators import CPUAccelerator
 
 from attnexp.data.base import AttnDataModule, changed_splits
 from attnexp.errors import ConfigError, require_seed
 from attnexp.runner.build import build, check_data_dir, given, resolved_data_dir
 from attnexp.runner.config import register_resolvers
+from attnexp.runner.cpu_kernels import check_cpu_kernels
 from attnexp.runner.load import (
     given_ckpt_path,
     load_run,
@@ -125,6 +127,8 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
             record.warn("data: evaluated on the embedded sample, not the full dataset")
         for note in datamodule.notes:
             record.warn(f"data: {note}")
+        if isinstance(trainer.accelerator, CPUAccelerator):
+            check_cpu_kernels(trainer.precision, task.model, "trainer.precision")
         load_weights(task, ckpt, weights)
         record.update(device=device_name(trainer))
         note = multi_process_test_note(

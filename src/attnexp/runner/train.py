@@ -26,6 +26,7 @@ from attnexp.errors import ConfigError, message_lines, spawned_refusal
 from attnexp.files import TORCH_LOAD_ERRORS, allow_checkpoint_globals, checkpoint_value
 from attnexp.runner.build import build, check_data_dir, resolved_data_dir
 from attnexp.runner.config import register_resolvers
+from attnexp.runner.cpu_kernels import check_cpu_kernels
 from attnexp.runner.threads import set_threads
 from attnexp.runner.trainer import check_trainer_settings, device_name, make_trainer, monitors
 from attnexp.runs.dirs import (
@@ -43,9 +44,10 @@ from attnexp.runs.record import COMPLETED, LAST_CKPT, PRUNED, WORKER_KEYS, RunRe
 from attnexp.runs.requeue import RECORD_KEY, requeued_run, scheduler_job
 from attnexp.runs.sweeps import check_strategy
 from attnexp.tasks import ClassificationTask
-from attnexp.tasks.callbacks import best_checkpoint_callback
+from attnexp.tasks.callbacks import best_checkpoint_callback, last_validation
 from attnexp.tasks.loggers import log_final
 from attnexp.tasks.preemption import Preempted, StopOnPreemption
+from attnexp.tasks.random_state import saved_states
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +110,11 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
         device=device_name(trainer), torch_threads=set_threads(cfg.trainer.threads, on_cpu)
     )
     datamodule, task = build(cfg, choices, overrides=overrides)
+    if on_cpu:
+        check_cpu_kernels(trainer.precision, task.model, "trainer.precision")
     if resume_ckpt is not None:
         check_resume_data(record.earlier_data, datamodule, cfg.paths.data_dir, cfg.resume)
-        check_resume_fits(task, run_dir, cfg.resume)
+        check_resume_fits(task, run_dir, cfg.resume, trainer.world_size)
     record.update(
         data_source=datamodule.source,
         data_hash=datamodule.data_hash,
@@ -129,6 +133,9 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
 
     if resume_ckpt is not None:
         log.info("resuming from %s (global step %d)", resume_ckpt, resume_step)
+        # an interrupted attempt's validations after its checkpoint are done again
+        kept = [row for row in record.data["validations"] if row["step"] <= resume_step]
+        record.update(validations=kept)
     preemption = next(c for c in trainer.callbacks if isinstance(c, StopOnPreemption))
     try:
         with preemption.catching(trainer):
@@ -154,7 +161,8 @@ def fit_and_test(cfg: DictConfig, run_dir: Path, record: RunRecord) -> dict[str,
     checkpoint = best_checkpoint_callback(trainer)
     best = checkpoint.best_model_path if checkpoint is not None else ""
     if best:
-        metrics = with_val_of(metrics, validation_at(record, checkpoint_step(best)), record)
+        best_val = validation_at(record, checkpoint_step(best))
+        metrics = with_val_of(metrics, best_val, last_validation(record), record)
         metrics[f"{checkpoint.monitor}_best"] = best_score(checkpoint, best)
         record.record_best(best)
     else:
@@ -228,7 +236,9 @@ def check_resume_data(earlier: dict, datamodule, data_dir: str, resume: str) -> 
         )
 
 
-def check_resume_fits(task: ClassificationTask, run_dir: Path, resume: str) -> None:
+def check_resume_fits(
+    task: ClassificationTask, run_dir: Path, resume: str, world_size: int
+) -> None:
     """Lightning restores a resumed run's weights and optimizer state inside fit, where a
     checkpoint that this version's model or optimizer cannot take (a run made by an older attnexp:
     a layer of another shape, the parameters split into other groups) ended in its traceback. Both
@@ -236,6 +246,7 @@ def check_resume_fits(task: ClassificationTask, run_dir: Path, resume: str) -> N
     state on a throwaway optimizer, so that is said before anything is trained."""
     ckpt = run_dir / LAST_CKPT
     state = torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)
+    saved_states(state, str(ckpt), world_size)  # said here, not from inside fit
     said = f"resume={resume}: the run's last checkpoint, {ckpt}, does not fit the"
     whole = "A resumed run goes on from the checkpoint's whole training state: it is not resumed"
     try:
@@ -275,10 +286,13 @@ def validation_at(record: RunRecord, step: int) -> dict | None:
     return {k: v for k, v in rows[-1].items() if k.startswith("val/")} if rows else None
 
 
-def with_val_of(metrics: dict, best_val: dict | None, record: RunRecord) -> dict:
-    """val/* of the tested (best) checkpoint, and the last validation's as val/*_last; after fit,
-    `callback_metrics` holds the last validation's only."""
-    last = {f"{k}_last": v for k, v in metrics.items() if k.startswith("val/")}
+def with_val_of(
+    metrics: dict, best_val: dict | None, last_val: dict[str, float], record: RunRecord
+) -> dict:
+    """val/* of the tested (best) checkpoint, and the last validation's (`last_val`, from the
+    record: a resumed attempt that trained on past the run's last validation validated nothing)
+    as val/*_last; `metrics`' own val/* are dropped."""
+    last = {f"{k}_last": v for k, v in last_val.items()}
     rest = {k: v for k, v in metrics.items() if not k.startswith("val/")}
     if best_val is None:
         record.warn("no validation recorded at the best checkpoint's step: only val/*_last")

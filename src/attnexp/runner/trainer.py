@@ -32,6 +32,7 @@ from attnexp.tasks.loggers import RESUMABLE, start_logs
 from attnexp.tasks.preemption import StopOnPreemption
 from attnexp.tasks.progress import progress_callbacks, quiet_lightning_tips
 from attnexp.tasks.pruning import TrialPruning
+from attnexp.tasks.random_state import RandomStateCheckpoint
 
 TRAINER_REFUSALS = (TypeError, ValueError, MisconfigurationException)  # how Lightning says no
 
@@ -54,6 +55,7 @@ def make_trainer(cfg: DictConfig, record: RunRecord, resume_step: int) -> pl.Tra
         EndSpawnedProcessGroup(),  # ddp_spawn: ends the ranks' process group at each stage's end
         MovedRunCheckpoints(),  # resume= of a run dir that was moved or copied
         StopOnPreemption(Path(cfg.paths.output_dir) / LAST_CKPT),  # SLURM's, submitit's signal
+        RandomStateCheckpoint(),  # a resumed run draws what the uninterrupted one would have
         *progress_callbacks(cfg.trainer.get("enable_progress_bar", True) is not False),
         *compile_callbacks(cfg.trainer),
         *trial_callbacks(record),

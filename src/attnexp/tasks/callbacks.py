@@ -132,8 +132,9 @@ class EpochHistory(pl.Callback):
 
     The task logs an epoch's train metrics in its own `on_train_epoch_end`, which Lightning calls
     after the callbacks' one, so the row of an epoch is written when the next epoch starts (or
-    when training ends), once every metric of the epoch is in `callback_metrics`. An epoch without
-    a validation (`check_val_every_n_epoch`) gets no val/* in its row, not the last ones again.
+    when training ends), once every metric of the epoch is in `callback_metrics`. Its val/* are
+    those of the epoch's last validation; an epoch without one (`check_val_every_n_epoch`) gets
+    no val/* in its row, not the last ones again.
     Every validation's val/* also go to the record's `validations`, with the global step: a
     checkpoint saved at a validation carries that step, so its validation metrics can be found.
     The task's notes on what its numbers measure go to the record's warnings as they are made.
@@ -142,13 +143,9 @@ class EpochHistory(pl.Callback):
     def __init__(self, record) -> None:
         self.record = record
         self.pending: tuple[int, int] | None = None  # (epoch, global step) of an unwritten row
-        self.validated: set[int] = set()  # epochs in which a validation ran
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.sanity_checking:
-            return
-        self.validated.add(trainer.current_epoch)
-        if not trainer.is_global_zero:
+        if trainer.sanity_checking or not trainer.is_global_zero:
             return
         self._record_notes(pl_module)
         row = {"epoch": trainer.current_epoch, "step": trainer.global_step}
@@ -209,16 +206,29 @@ class EpochHistory(pl.Callback):
         pending, self.pending = self.pending, None
         if pending is None or not trainer.is_global_zero:  # DDP: one writer per run record
             return
-        # The epoch's validation ran before its end, so val/* of this epoch are here too.
         row = {"epoch": pending[0], "step": pending[1]}
-        row.update({k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1})
-        if pending[0] not in self.validated:
-            row = {k: v for k, v in row.items() if not k.startswith("val/")}
+        row.update(
+            {
+                k: float(v)
+                for k, v in trainer.callback_metrics.items()
+                if v.numel() == 1 and not k.startswith("val/")
+            }
+        )
+        # val/* of the epoch's last validation, from the record: it may have run in an earlier
+        # attempt of a resumed run (its checkpoint written there, mid-epoch)
+        row.update(last_validation(self.record, epoch=pending[0]))
         # A resumed run finishes an epoch its earlier attempt ended (it was killed after the
         # epoch's last validation): what that attempt logged of the epoch stays, updated.
         earlier = [h for h in self.record.data["history"] if h["epoch"] == row["epoch"]]
         history = [h for h in self.record.data["history"] if h["epoch"] != row["epoch"]]
         self.record.update(history=[*history, {**(earlier[-1] if earlier else {}), **row}])
+
+
+def last_validation(record, epoch: int | None = None) -> dict[str, float]:
+    """val/* of the run's last validation (of `epoch` only, if given), from the record's
+    `validations`, which keep those of a resumed run's earlier attempts; {} if none."""
+    rows = [r for r in record.data["validations"] if epoch is None or r["epoch"] == epoch]
+    return {k: v for k, v in rows[-1].items() if k.startswith("val/")} if rows else {}
 
 
 class FiniteLosses(pl.Callback):

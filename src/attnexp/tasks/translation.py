@@ -14,16 +14,19 @@ from collections.abc import Callable
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
+from pytorch_lightning.trainer.states import TrainerFn
 from torch import nn
 
 from attnexp.data.translation_text import BOS_ID, EOS_ID, NEVER_EMITTED, words
 from attnexp.errors import ConfigError, require_positive
 from attnexp.modules.decoding import beam_search, greedy_decode
 from attnexp.tasks.optim import Optimized
+from attnexp.tasks.random_state import per_rank
 from attnexp.tasks.translation_metrics import d2l_bleu, sacrebleu_scores
 
 log = logging.getLogger(__name__)
 MODEL_INPUTS = ("src_ids", "src_mask", "tgt_in")
+TRAIN_SUMS_KEY = "translation_train_sums"  # top-level key of a checkpoint: a list, one per rank
 
 
 class TranslationTask(Optimized, pl.LightningModule):
@@ -74,6 +77,7 @@ class TranslationTask(Optimized, pl.LightningModule):
         self.notes: list[str] = []
         self.results: dict = {}  # signatures and probe translations, for the run's record
         self._sums: dict[str, torch.Tensor] = {}
+        self._train_sums_epoch: int | None = None  # the epoch whose batches the train sums hold
         self._hypotheses: dict[str, dict[int, str]] = {}
 
     def forward(self, **inputs: torch.Tensor):
@@ -99,12 +103,36 @@ class TranslationTask(Optimized, pl.LightningModule):
         self._add(stage, nll=(nll * mask).sum().detach(), tokens=tokens, correct=correct)
         return loss
 
+    def _take_sums(self, stage: str) -> dict[str, torch.Tensor]:
+        """The sums `stage` has added up (by name), removed from the task."""
+        keys = [k for k in self._sums if k.startswith(f"{stage}/")]
+        return {k.split("/", 1)[1]: self._sums.pop(k) for k in keys}
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        # this epoch's train sums so far, per rank: a run resumed mid-epoch logs the train/* of
+        # the whole epoch, as the uninterrupted run does
+        sums = {k: v.cpu() for k, v in self._sums.items() if k.startswith("train/")}
+        checkpoint[TRAIN_SUMS_KEY] = per_rank(self.trainer, sums)
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        if self.trainer.state.fn != TrainerFn.FITTING:  # a test of a checkpoint trains nothing
+            return
+        self._take_sums("train")
+        self._sums.update(checkpoint[TRAIN_SUMS_KEY][self.trainer.global_rank])
+        self._train_sums_epoch = checkpoint["epoch"]
+
     def _add(self, stage: str, **values: torch.Tensor) -> None:
         for name, value in values.items():
             key = f"{stage}/{name}"
             self._sums[key] = self._sums.get(key, 0) + value.detach().float()
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        if self._train_sums_epoch != self.current_epoch:
+            # A new epoch's sums start empty. on_train_epoch_end has taken them, except after a
+            # resume from a checkpoint written at an epoch's last validation: Lightning then
+            # counts that epoch as done without calling on_train_epoch_end.
+            self._take_sums("train")
+            self._train_sums_epoch = self.current_epoch
         loss = self._shared_step(batch, "train")
         self.log("train/loss_step", loss, prog_bar=True, batch_size=batch["tgt_in"].shape[0])
         return loss
@@ -157,11 +185,9 @@ class TranslationTask(Optimized, pl.LightningModule):
 
     # ------------------------------------------------------------------ epoch ends
     def _token_metrics(self, stage: str) -> dict[str, float]:
-        sums = {k.split("/", 1)[1]: v for k, v in self._sums.items() if k.startswith(f"{stage}/")}
+        sums = self._take_sums(stage)
         if not sums:
             return {}
-        for key in [k for k in self._sums if k.startswith(f"{stage}/")]:
-            del self._sums[key]
         tokens = float(sums["tokens"])
         loss = float(sums["nll"]) / max(tokens, 1.0)
         metrics = {f"{stage}/loss": loss, f"{stage}/acc": float(sums["correct"]) / max(tokens, 1.0)}
