@@ -12,7 +12,9 @@ from attnexp.data.text import load_tokenizer
 from attnexp.data.translation_text import (
     BOS_ID,
     EOS_ID,
+    WORD_START,
     decode_sentence,
+    display_tokens,
     normalize_sentence,
     overlap_key,
     train_translation_tokenizer,
@@ -123,19 +125,75 @@ def test_the_sample_caps_the_full_data_held_out_sizes_with_a_note(tmp_path):
     assert dm.summary["train_sources"] > distinct // 2
 
 
-def test_tokenizer_normalises_saves_and_loads(tmp_path):
-    texts = ["Va\u202f!", "J'ai perdu.", "Il est calme.", "Il est calme !"]
-    for kind in ("word", "bpe"):
-        tokenizer = train_translation_tokenizer(texts, kind, vocab_size=60, min_frequency=1)
-        ids = tokenizer.encode("Il est calme.", add_special_tokens=False).ids
+ENGLISH = ["Don't go, please!", "He bought a new car yesterday.", "Where is it?", "I lost."]
+FRENCH = ["Va\u202f!", "J'ai perdu.", "Il est calme.", "Comment vas-tu ?", "Il est calme\xa0!"]
+
+
+@pytest.mark.parametrize("kind", ["word", "bpe"])
+def test_cased_text_round_trips_through_the_tokenizer(tmp_path, kind):
+    """Decoding restores the text: case, English punctuation against its word, French spacing
+    before ! and ?, apostrophes inside their word; saved and loaded, the same."""
+    for texts in (ENGLISH, FRENCH):
+        tokenizer = train_translation_tokenizer(texts, kind, vocab_size=200, min_frequency=1)
         path = tmp_path / f"{kind}.json"
         tokenizer.save(str(path))
         again = load_tokenizer(path)
-        assert again.encode("Il est calme.", add_special_tokens=False).ids == ids
-        assert decode_sentence(again, [BOS_ID, *ids, EOS_ID]).replace(" ", "") == "ilestcalme."
-    word = train_translation_tokenizer(texts, "word", vocab_size=60, min_frequency=1)
-    assert word.encode("va !", add_special_tokens=False).tokens == ["va", "!"]
+        for text in texts:
+            ids = again.encode(text, add_special_tokens=False).ids
+            assert ids == tokenizer.encode(text, add_special_tokens=False).ids
+            assert decode_sentence(again, [BOS_ID, *ids, EOS_ID]) == normalize_sentence(text)
     assert normalize_sentence("Va\u202f!") == "Va !"
+    assert normalize_sentence(" Il  est\tcalme\xa0! ") == "Il est calme !"
+    lower = train_translation_tokenizer(
+        FRENCH, kind, vocab_size=200, min_frequency=1, lowercase=True
+    )
+    ids = lower.encode("J'ai perdu.", add_special_tokens=False).ids
+    assert decode_sentence(lower, ids) == "j'ai perdu."
+
+
+@pytest.mark.parametrize(
+    ("tokens", "text"),
+    [
+        (["\u2581Il", "\u2581est", "\u2581calme", "."], "Il est calme."),
+        (["\u2581Il", "\u2581est", "\u2581calme", "\u2581!"], "Il est calme !"),
+        (["\u2581Comment", "\u2581vas-tu", "\u2581?"], "Comment vas-tu ?"),
+        (["\u2581J'ai", "\u2581perdu", "."], "J'ai perdu."),
+        (["\u2581Don't", "\u2581go", ",", "\u2581please", "!"], "Don't go, please!"),
+        (["\u2581Where", "\u2581is", "\u2581it", "?"], "Where is it?"),
+        (["\u2581Il", "[UNK]", "."], "Il [UNK]."),
+    ],
+)
+def test_word_tokens_detokenise_to_the_text_a_reader_expects(tokens, text):
+    tokenizer = train_translation_tokenizer(
+        ENGLISH + FRENCH, "word", vocab_size=200, min_frequency=1
+    )
+    ids = [tokenizer.token_to_id(t) for t in tokens]
+    assert None not in ids
+    assert decode_sentence(tokenizer, ids) == text
+
+
+def test_bpe_pieces_join_into_words_and_labels_carry_no_marker():
+    tokenizer = train_translation_tokenizer(FRENCH * 5, "bpe", vocab_size=60, min_frequency=1)
+    ids = tokenizer.encode("Comment vas-tu ?", add_special_tokens=False).ids
+    assert len(ids) > 3  # a small vocabulary cuts the words into pieces
+    assert decode_sentence(tokenizer, ids) == "Comment vas-tu ?"
+    labels = display_tokens(tokenizer, ids)
+    assert "".join(labels) == "Commentvas-tu?"
+    assert not any(WORD_START in label for label in labels)
+    alone = train_translation_tokenizer(FRENCH, "bpe", vocab_size=40, min_frequency=1)
+    assert display_tokens(alone, [alone.token_to_id(WORD_START)]) == [WORD_START]  # a space
+
+
+def test_references_are_the_raw_cased_text(tmp_path):
+    """Multi-reference scoring reads the targets as written (no-break spaces as spaces), and a
+    target decodes back to its reference."""
+    dm = fra_eng(tmp_path)
+    split, dataset = dm.splits["test"], dm.datasets["test"]
+    for i in range(len(split)):
+        reference = split.references[split.source_index[i]]
+        assert split.targets[i].replace("\u202f", " ") in reference
+        assert dm.decode_target(dataset.tgt[i]) == split.targets[i].replace("\u202f", " ")
+    assert any(t[0].isupper() for refs in split.references for t in refs)
 
 
 def test_the_run_dir_tokenizers_are_reused(tmp_path):

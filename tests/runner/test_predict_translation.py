@@ -71,7 +71,7 @@ def test_a_translation_with_its_n_best_heatmap_and_page(runs_folder, capsys, tmp
     assert [h["translation"] for h in row["n_best"]][0] == row["translation"]
     assert row["n_best"][0]["score"] >= row["n_best"][1]["score"]
     assert f"2. {row['n_best'][1]['translation']!r}" in out
-    assert row["tokens"] == ["i", "see", "the", "cat", "."]  # the source, as the model read it
+    assert row["tokens"] == ["I", "see", "the", "cat", "."]  # as read, cased, without markers
     targets = list(row["attention"])  # one row of source weights per target token, EOS last
     assert targets[-1].endswith("[EOS]") and len(targets) <= 8
     for weights in row["attention"].values():

@@ -969,6 +969,7 @@ def test_translation_runs_show_bleu_and_chrf_in_tables_and_plots(tmp_path):
                     "test/bleu_greedy": score - 2,
                     "test/chrf": 2 * score,
                     "test/ppl": 9.5,
+                    "test/ppl_free": 30.5,
                 },
                 history=[
                     {"epoch": i, "step": i + 1, "val/bleu": b, "val/loss": 3.0}
@@ -982,7 +983,7 @@ def test_translation_runs_show_bleu_and_chrf_in_tables_and_plots(tmp_path):
     assert "![Validation BLEU per epoch](val_bleu.png)" in text
     (variants,) = [t for t in text.split("## ") if t.startswith("Variants")]
     header, _, *rows = [line for line in variants.splitlines() if line.startswith("|")]
-    for metric in ("val/bleu_best", "test/bleu", "test/chrf", "test/ppl"):
+    for metric in ("val/bleu_best", "test/bleu", "test/chrf", "test/ppl", "test/ppl_free"):
         assert metric in header
     (additive,) = [r for r in rows if r.startswith("| additive")]
     cells = [c.strip() for c in additive.split("|")]

@@ -46,7 +46,7 @@ def test_raw_sources_are_checked_and_noted(data_and_model):
     assert predictor.check_raw({"text": "I see the cat."}) is None
     assert predictor.raw_notes({"text": "I see the cat."}) == []
     assert "all 2 source tokens are unknown" in predictor.raw_notes({"text": "zorglub blorp"})[0]
-    assert "1 of 3 source tokens unknown" in predictor.raw_notes({"text": "I zorglub ."})[0]
+    assert "1 of 3 source tokens unknown" in predictor.raw_notes({"text": "I zorglub."})[0]
     overlong = " ".join(["cat"] * 9) + "."
     assert predictor.check_raw({"text": overlong}) is None
     assert any("data.max_tokens=6" in n for n in predictor.raw_notes({"text": overlong}))

@@ -73,7 +73,7 @@ def test_d2l_nmt_tests_the_final_weights_on_its_probe_sentences(compose_cfg, tmp
     metrics = train_in_process(cfg, tmp_path / "run")
     assert {f"test/probe_bleu2_{i}" for i in range(4)} <= set(metrics)
     record = json.loads((tmp_path / "run" / "metrics.json").read_text())
-    assert [p["source"] for p in record["translation"]["probe_translations"]][0] == "go ."
+    assert [p["source"] for p in record["translation"]["probe_translations"]][0] == "go."
     assert record["data_summary"]["train_pairs"] == 150 and record.get("best_ckpt") is None
 
 
@@ -88,6 +88,7 @@ def test_nmt_fra_eng_keeps_the_best_checkpoint_by_val_bleu(compose_cfg, tmp_path
     )
     metrics = train_in_process(cfg, tmp_path / "run")
     assert "val/bleu_best" in metrics and "val/bleu" in metrics
+    assert {"test/ppl", "test/ppl_free", "test/loss_free"} <= set(metrics)
     record = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert "-bleu" in record["best_ckpt"]
 

@@ -143,7 +143,7 @@ class TranslationDataModule(AttnDataModule):
         tokenizer: str = "word",
         vocab_size: int = 10000,
         min_frequency: int = 2,
-        lowercase: bool = True,
+        lowercase: bool = False,
         max_tokens: int | None = None,
         batch_size: int = 64,
         eval_batch_size: int = 256,

@@ -1,8 +1,12 @@
 """Text side of translation: normalisation, word/BPE tokenizers with BOS/EOS, detokenisation.
 
-The normalisation is the one the translation references use (d2l's `preprocess_nmt`): narrow and
-ordinary no-break spaces become spaces, optional lowercasing, and the punctuation marks , . ! ?
-become tokens of their own (d2l inserts a space before them). It lives inside each HF
+The normalisation: narrow and ordinary no-break spaces become spaces, runs of whitespace one
+space, optional lowercasing. The tokens keep the text's spacing: a token that follows a space
+starts with the Metaspace marker "▁", and the punctuation marks , . ! ? are tokens of their own
+(d2l's split) that carry the marker only where the text had a space before them ("Va !" is
+"▁Va", "▁!"; "Go." is "▁Go", "."). The tokenizer's own Metaspace decoder therefore
+writes text as the training targets write it: no space before English punctuation, French
+spacing before ! and ?, apostrophes inside their word. All of it lives inside each HF
 `tokenizers` tokenizer, so the `tokenizer_<side>.json` saved in a run dir reproduces it.
 """
 
@@ -20,12 +24,15 @@ BOS_ID, EOS_ID = 2, 3
 NEVER_EMITTED = (PAD_ID, BOS_ID)  # no translation holds them: decoding bans them
 TOKENIZERS = ("word", "bpe")
 PUNCTUATION = r"[,.!?]"  # d2l's: split off as tokens of their own
-NO_BREAK_SPACES = ("\u202f", "\xa0")  # French puts a narrow no-break space before ! ? ; :
+WORD_START = "\u2581"  # Metaspace's marker of a token that follows a space
+# A punctuation mark with the marker where a space precedes it: "\u2581!" (French) vs "!" (English).
+PUNCTUATION_TOKEN = f"{WORD_START}?{PUNCTUATION}"
 
 
 def translation_normalizer(lowercase: bool) -> normalizers.Normalizer:
-    steps = [normalizers.Replace(space, " ") for space in NO_BREAK_SPACES]
-    steps.append(normalizers.Strip())
+    # Unicode whitespace, so the narrow and ordinary no-break spaces French puts before ! ? ; :
+    # read as one plain space, as do tabs and doubled spaces.
+    steps = [normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()]
     if lowercase:
         steps.append(normalizers.Lowercase())
     return normalizers.Sequence(steps)
@@ -59,13 +66,14 @@ def train_translation_tokenizer(
     kind: str = "word",
     vocab_size: int = 10000,
     min_frequency: int = 2,
-    lowercase: bool = True,
+    lowercase: bool = False,
 ) -> Tokenizer:
     """A tokenizer for one side of the pairs, trained on the training split only.
 
     word: d2l's words (whitespace, , . ! ? split off), the `vocab_size` most frequent seen at least
-    `min_frequency` times. bpe: byte-pair merges over the same words (Metaspace marks word starts,
-    so decoding restores the spaces). Ids 0..3 are [PAD], [UNK], [BOS], [EOS] for both.
+    `min_frequency` times. bpe: byte-pair merges within the same words. Both mark the tokens that
+    follow a space (Metaspace), so decoding restores the text's spacing (the module docstring).
+    Ids 0..3 are [PAD], [UNK], [BOS], [EOS] for both.
     """
     check_tokenizer_kind(kind)
     if vocab_size <= len(SPECIAL_TOKENS):
@@ -76,25 +84,27 @@ def train_translation_tokenizer(
         raise ConfigError(
             f"data.min_frequency={min_frequency} must be >= 1 (set data.min_frequency=...)"
         )
-    split_punctuation = pre_tokenizers.Split(Regex(PUNCTUATION), behavior="isolated")
     if kind == "word":
         tokenizer = Tokenizer(models.WordLevel(unk_token=UNK))
-        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-            [pre_tokenizers.WhitespaceSplit(), split_punctuation]
+        # An unknown word loses its marker with its text: give [UNK] one back when decoding.
+        tokenizer.decoder = decoders.Sequence(
+            [decoders.Replace(UNK, WORD_START + UNK), decoders.Metaspace()]
         )
-        tokenizer.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins with spaces
         trainer = trainers.WordLevelTrainer(
             vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS)
         )
     else:
         tokenizer = Tokenizer(models.BPE(unk_token=UNK))
-        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-            [split_punctuation, pre_tokenizers.Metaspace()]
-        )
         tokenizer.decoder = decoders.Metaspace()
         trainer = trainers.BpeTrainer(
             vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS)
         )
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Metaspace(prepend_scheme="always", split=True),  # "\u2581word" per word
+            pre_tokenizers.Split(Regex(PUNCTUATION_TOKEN), behavior="isolated"),
+        ]
+    )
     tokenizer.normalizer = translation_normalizer(lowercase)
     tokenizer.train_from_iterator(texts, trainer)
     ids = [tokenizer.token_to_id(t) for t in SPECIAL_TOKENS]
@@ -134,6 +144,16 @@ def strip_special(ids: Sequence[int]) -> list[int]:
 
 
 def decode_sentence(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
-    """Readable text of a hypothesis (what is scored): BPE pieces joined into words, word tokens
-    joined with spaces ([UNK] kept, so an unknown word costs its n-grams)."""
+    """The text of a hypothesis as a reader gets it and BLEU scores it: the tokenizer's decoder
+    joins the tokens with the spacing they carry ([UNK] kept, so an unknown word costs its
+    n-grams)."""
     return tokenizer.decode(strip_special(ids), skip_special_tokens=False)
+
+
+def display_tokens(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
+    """Token labels for figures and `predictions.jsonl`: the text of each token, without the
+    word-start marker (a marker standing alone shows as itself)."""
+    return [
+        token.removeprefix(WORD_START) or token
+        for token in (tokenizer.id_to_token(int(i)) for i in ids)
+    ]

@@ -36,6 +36,23 @@ def ban(log_probs: torch.Tensor, banned_ids: tuple[int, ...]) -> torch.Tensor:
 
 
 @torch.no_grad()
+def free_running_logits(
+    model, src_ids: torch.Tensor, src_mask: torch.Tensor, bos_id: int, steps: int
+) -> torch.Tensor:
+    """The logits (B, steps, V) of a decoder fed its own argmax from BOS on, for `steps` steps
+    whatever it emits (EOS included, no token banned): teacher forcing 0, what bentrevett's
+    `evaluate` scores against the reference."""
+    state = model.start(src_ids, src_mask)
+    prev = torch.full((src_ids.shape[0],), bos_id, dtype=torch.long, device=src_ids.device)
+    rows = []
+    for _ in range(steps):
+        logits, state, _ = model.step(state, prev)  # (B, V)
+        rows.append(logits)
+        prev = logits.argmax(dim=-1)  # (B,)
+    return torch.stack(rows, dim=1)  # (B, steps, V)
+
+
+@torch.no_grad()
 def greedy_decode(
     model,
     src_ids: torch.Tensor,

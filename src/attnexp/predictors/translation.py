@@ -9,7 +9,14 @@ import torch
 from matplotlib.figure import Figure
 
 from attnexp.data.text import PAD_ID, UNK_ID
-from attnexp.data.translation_text import BOS_ID, EOS_ID, NEVER_EMITTED, words
+from attnexp.data.translation_text import (
+    BOS_ID,
+    EOS,
+    EOS_ID,
+    NEVER_EMITTED,
+    display_tokens,
+    words,
+)
 from attnexp.modules.decoding import beam_search
 from attnexp.predictors.answers import BatchAnswer
 
@@ -101,7 +108,7 @@ class TranslationPredictor:
                     for h in hypotheses
                 ]
             fields.append(row)
-            targets = [vocab.id_to_token(i) for i in best.tokens] + ["[EOS]"]
+            targets = [*display_tokens(vocab, best.tokens), EOS]
             alignments.append((targets, best.attention))
         has_attention = bool(found) and found[0][0].attention is not None
         return BatchAnswer(
@@ -117,7 +124,7 @@ class TranslationPredictor:
         for ids, mask, (targets, weights) in zip(
             batch["src_ids"], batch["src_mask"], attention, strict=True
         ):
-            sources = [vocab.id_to_token(i) for i in ids[mask].tolist()]
+            sources = display_tokens(vocab, ids[mask].tolist())
             per_target = {f"{j} {t}": weights[j, : len(sources)] for j, t in enumerate(targets)}
             views.append((sources, per_target))
         return views
@@ -158,11 +165,11 @@ class TranslationPredictor:
             return None
         src_vocab, tgt_vocab = self.data.tokenizers["src"], self.data.tokenizers["tgt"]
         sources = [
-            [src_vocab.id_to_token(i) for i in ids[mask].tolist()]
+            display_tokens(src_vocab, ids[mask].tolist())
             for ids, mask in zip(batch["src_ids"], batch["src_mask"], strict=True)
         ]
         targets = [  # the tokens each step emits: the reference shifted left, then [EOS]
-            [tgt_vocab.id_to_token(i) for i in ids[ids != PAD_ID].tolist()[1:]] + ["[EOS]"]
+            [*display_tokens(tgt_vocab, ids[ids != PAD_ID].tolist()[1:]), EOS]
             for ids in batch["tgt_in"]
         ]
         return alignment_figure(sources, targets, attention)

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 # and chrF are those of the task's main decoding (beam, or greedy with decode.beam_size=1).
 MAIN_METRICS = (
     *("val/acc_best", "val/acc", "test/acc", "test/acc_variable", "test/f1"),
-    *("val/bleu_best", "val/bleu", "test/bleu", "test/chrf", "test/ppl"),
+    *("val/bleu_best", "val/bleu", "test/bleu", "test/chrf", "test/ppl", "test/ppl_free"),
 )
 # Per-epoch validation plots: (metric, file stem, report.md section title, y-axis label).
 VAL_PLOTS = (

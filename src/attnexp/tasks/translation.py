@@ -1,10 +1,13 @@
 """The LightningModule of the translation experiments (seq2seq, transformer_seq2seq).
 
 Training: token cross-entropy (label smoothing optional) over the real target tokens, with the
-model's teacher forcing. Validation: per-token loss, perplexity and token accuracy (teacher
-forced), and BLEU of greedy translations of a fixed subset of sources. Test: the same, plus
-sacrebleu BLEU (cased and lowercased) and chrF of greedy and beam translations of every test source
-against all its references; the signatures go to `results` (the run records them).
+model's teacher forcing; the token accuracy is counted on the logged steps only (its argmax over
+the target vocabulary is a few percent of a step). Validation: per-token loss, perplexity and
+token accuracy (teacher forced), and BLEU of greedy translations of a fixed subset of sources.
+Test: the same, the free-running loss and perplexity (`test/loss_free`, `test/ppl_free`: the
+decoder fed its own argmax), plus sacrebleu BLEU (cased and lowercased) and chrF of greedy and
+beam translations of every test source against all its references; the signatures go to
+`results` (the run records them).
 """
 
 import logging
@@ -19,7 +22,7 @@ from torch import nn
 
 from attnexp.data.translation_text import BOS_ID, EOS_ID, NEVER_EMITTED, words
 from attnexp.errors import ConfigError, require_positive
-from attnexp.modules.decoding import beam_search, greedy_decode
+from attnexp.modules.decoding import beam_search, free_running_logits, greedy_decode
 from attnexp.tasks.optim import Optimized
 from attnexp.tasks.random_state import per_rank
 from attnexp.tasks.translation_metrics import d2l_bleu, sacrebleu_scores
@@ -84,7 +87,7 @@ class TranslationTask(Optimized, pl.LightningModule):
         return self.model(**inputs)
 
     # ------------------------------------------------------------------ steps
-    def _shared_step(self, batch: dict, stage: str) -> torch.Tensor:
+    def _shared_step(self, batch: dict, stage: str, count_accuracy: bool = True) -> torch.Tensor:
         out = self.model(**{k: batch[k] for k in MODEL_INPUTS})
         logits, target, mask = out.logits, batch["tgt_out"], batch["tgt_mask"]  # (B, U, V), (B, U)
         # One log-softmax for the loss and the NLL: over a large target vocabulary a second
@@ -99,8 +102,10 @@ class TranslationTask(Optimized, pl.LightningModule):
             loss = (smooth * mask).sum() / tokens
         else:
             loss = (nll * mask).sum() / tokens
-        correct = ((logits.argmax(-1) == target) & mask).sum()
-        self._add(stage, nll=(nll * mask).sum().detach(), tokens=tokens, correct=correct)
+        self._add(stage, nll=(nll * mask).sum().detach(), tokens=tokens)
+        if count_accuracy:
+            correct = ((logits.argmax(-1) == target) & mask).sum()
+            self._add(stage, correct=correct, counted=tokens)
         return loss
 
     def _take_sums(self, stage: str) -> dict[str, torch.Tensor]:
@@ -121,6 +126,16 @@ class TranslationTask(Optimized, pl.LightningModule):
         self._sums.update(checkpoint[TRAIN_SUMS_KEY][self.trainer.global_rank])
         self._train_sums_epoch = checkpoint["epoch"]
 
+    def _free_running_step(self, batch: dict, stage: str) -> None:
+        """The NLL of the reference when the decoder is fed its own argmax (teacher forcing 0,
+        as bentrevett's `evaluate`): at every position up to the reference's length."""
+        target, mask = batch["tgt_out"], batch["tgt_mask"]  # (B, U)
+        logits = free_running_logits(
+            self.model, batch["src_ids"], batch["src_mask"], BOS_ID, target.shape[1]
+        )  # (B, U, V)
+        nll = F.cross_entropy(logits.float().transpose(1, 2), target, reduction="none")  # (B, U)
+        self._add(stage, nll_free=(nll * mask).sum())
+
     def _add(self, stage: str, **values: torch.Tensor) -> None:
         for name, value in values.items():
             key = f"{stage}/{name}"
@@ -133,7 +148,8 @@ class TranslationTask(Optimized, pl.LightningModule):
             # counts that epoch as done without calling on_train_epoch_end.
             self._take_sums("train")
             self._train_sums_epoch = self.current_epoch
-        loss = self._shared_step(batch, "train")
+        logged = self.global_step % self.trainer.log_every_n_steps == 0
+        loss = self._shared_step(batch, "train", count_accuracy=logged)
         self.log("train/loss_step", loss, prog_bar=True, batch_size=batch["tgt_in"].shape[0])
         return loss
 
@@ -143,6 +159,7 @@ class TranslationTask(Optimized, pl.LightningModule):
 
     def test_step(self, batch: dict, batch_idx: int) -> None:
         self._shared_step(batch, "test")
+        self._free_running_step(batch, "test")
         self._translate(batch, "test_greedy", beam=False)
         if self.beam_size > 1:
             self._translate(batch, "test_beam", beam=True)
@@ -190,9 +207,15 @@ class TranslationTask(Optimized, pl.LightningModule):
             return {}
         tokens = float(sums["tokens"])
         loss = float(sums["nll"]) / max(tokens, 1.0)
-        metrics = {f"{stage}/loss": loss, f"{stage}/acc": float(sums["correct"]) / max(tokens, 1.0)}
+        metrics = {f"{stage}/loss": loss}
+        if "counted" in sums:
+            metrics[f"{stage}/acc"] = float(sums["correct"]) / max(float(sums["counted"]), 1.0)
         if stage != "train":
             metrics[f"{stage}/ppl"] = math.exp(min(loss, 50.0))
+        if "nll_free" in sums:
+            loss_free = float(sums["nll_free"]) / max(tokens, 1.0)
+            metrics[f"{stage}/loss_free"] = loss_free
+            metrics[f"{stage}/ppl_free"] = math.exp(min(loss_free, 50.0))
         return metrics
 
     def _scores(self, key: str, stage: str) -> dict[str, float | str]:

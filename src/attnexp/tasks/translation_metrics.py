@@ -19,12 +19,13 @@ def reference_streams(references: Sequence[Sequence[str]]) -> list[list[str | No
 def sacrebleu_scores(
     hypotheses: Sequence[str], references: Sequence[Sequence[str]]
 ) -> dict[str, float | str]:
-    """Cased 13a BLEU, BLEU on lowercased text, chrF; each with sacrebleu's signature."""
+    """Cased 13a BLEU, BLEU on lowercased text, chrF; each with sacrebleu's signature.
+
+    hypotheses: detokenised text (sacrebleu tokenizes it, and warns when many end in " .");
+    references: per source, its raw references."""
     streams = reference_streams(references)
-    # force: word-level hypotheses read "calme ." where the references read "calme." (sacrebleu
-    # warns); its 13a tokenizer splits the period off either way, so the score is the same.
-    bleu = sacrebleu.metrics.BLEU(force=True)
-    bleu_lc = sacrebleu.metrics.BLEU(lowercase=True, force=True)
+    bleu = sacrebleu.metrics.BLEU()
+    bleu_lc = sacrebleu.metrics.BLEU(lowercase=True)
     chrf = sacrebleu.metrics.CHRF()
     scores = {
         "bleu": bleu.corpus_score(list(hypotheses), streams),
