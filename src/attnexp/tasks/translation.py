@@ -120,8 +120,8 @@ class TranslationTask(Optimized, pl.LightningModule):
         checkpoint[TRAIN_SUMS_KEY] = per_rank(self.trainer, sums)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        if self.trainer.state.fn != TrainerFn.FITTING:  # a test of a checkpoint trains nothing
-            return
+        if self._trainer is None or self.trainer.state.fn != TrainerFn.FITTING:
+            return  # loaded outside a fit (a test of the checkpoint): no epoch to continue
         self._take_sums("train")
         self._sums.update(checkpoint[TRAIN_SUMS_KEY][self.trainer.global_rank])
         self._train_sums_epoch = checkpoint["epoch"]
