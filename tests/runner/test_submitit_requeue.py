@@ -16,7 +16,7 @@ HERE = Path(__file__).resolve().parents[1]  # tests/: the signalling callback's 
 # model=bag_attn has no dropout: the run does not depend on the RNG state a checkpoint keeps. 3
 # epochs of 6 batches, a validation (and last.ckpt) every 3 batches; the signal comes at the end
 # of batch 4, between two validations. The jobs differ in their logger only.
-RUN = [*fault_injection.RUN, "callbacks.attention_figures=null"]
+RUN = [*fault_injection.FAMILIES["bags"].overrides, "callbacks.attention_figures=null"]
 
 
 # ddp_spawn: rank 0's worker signals the job's process (its parent), where the signal lands; the

@@ -1,8 +1,9 @@
 """The LightningModule of the translation experiments (seq2seq, transformer_seq2seq).
 
 Training: token cross-entropy (label smoothing optional) over the real target tokens, with the
-model's teacher forcing; the token accuracy is counted on the logged steps only (its argmax over
-the target vocabulary is a few percent of a step). Validation: per-token loss, perplexity and
+model's teacher forcing; the token accuracy is counted on every `trainer.log_every_n_steps`-th
+batch of an epoch, its first included (its argmax over the target vocabulary is a few percent of
+a step). Validation: per-token loss, perplexity and
 token accuracy (teacher forced), and BLEU of greedy translations of a fixed subset of sources.
 Test: the same, the free-running loss and perplexity (`test/loss_free`, `test/ppl_free`: the
 decoder fed its own argmax), plus sacrebleu BLEU (cased and lowercased) and chrF of greedy and
@@ -148,8 +149,10 @@ class TranslationTask(Optimized, pl.LightningModule):
             # counts that epoch as done without calling on_train_epoch_end.
             self._take_sums("train")
             self._train_sums_epoch = self.current_epoch
-        logged = self.global_step % self.trainer.log_every_n_steps == 0
-        loss = self._shared_step(batch, "train", count_accuracy=logged)
+        # the epoch's batch index, not the global step: every epoch gets a train/acc, and a run
+        # resumed mid-epoch counts the batches the uninterrupted one did
+        sampled = batch_idx % self.trainer.log_every_n_steps == 0
+        loss = self._shared_step(batch, "train", count_accuracy=sampled)
         self.log("train/loss_step", loss, prog_bar=True, batch_size=batch["tgt_in"].shape[0])
         return loss
 
