@@ -62,3 +62,35 @@ def marked_bags(
     labels = (sign < 0).long()  # class 0: x1 > 0
     mask = torch.ones(batch, size, dtype=torch.bool)
     return {"items": items, "mask": mask}, labels, marked
+
+
+class PooledTokenModel(nn.Module):
+    """`PooledBagModel` over tokens: a fixed embedding (token 1: marked, evidence +3; token 2:
+    marked, -3; token 3: +1; token 4: -1; 0: padding, zeros) then the same pooling and head."""
+
+    input_kind = "tokens"
+
+    def __init__(self, sharpness: float) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(5, D, padding_idx=0)
+        table = torch.zeros(5, D)
+        table[1, :2] = torch.tensor([1.0, 3.0])
+        table[2, :2] = torch.tensor([1.0, -3.0])
+        table[3, 1], table[4, 1] = 1.0, -1.0
+        self.embedding.weight.data.copy_(table)
+        self.bags = PooledBagModel(sharpness)
+
+    def forward(
+        self, input_ids: torch.Tensor, mask: torch.Tensor, return_attention: bool = False
+    ) -> ModelOutput:
+        return self.bags(self.embedding(input_ids), mask, return_attention)
+
+
+def marked_texts() -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+    """(inputs, labels, marked position): each text one marked token among four that oppose it,
+    then padding."""
+    input_ids = torch.tensor(
+        [[4, 1, 4, 4, 4, 0], [3, 3, 2, 3, 3, 0], [1, 4, 4, 4, 4, 0], [3, 3, 3, 3, 2, 0]]
+    )
+    labels = torch.tensor([0, 1, 0, 1])  # class 0: the marked token's evidence is positive
+    return {"input_ids": input_ids, "mask": input_ids != 0}, labels, torch.tensor([1, 2, 0, 4])

@@ -14,7 +14,12 @@ from attnexp.faithfulness.measures import (
     summarise,
     top_k_overlap,
 )
-from tests.faithfulness.known_models import PooledBagModel, marked_bags
+from tests.faithfulness.known_models import (
+    PooledBagModel,
+    PooledTokenModel,
+    marked_bags,
+    marked_texts,
+)
 
 SETTINGS = Settings(ig_steps=16, top_k=2, permutations=8, erasure_steps=4)
 
@@ -46,6 +51,19 @@ def test_a_model_reading_one_item_is_found_by_every_faithful_method():
     assert columns["permutation/median_change"].min() > 0.5
     assert columns["permutation/flip_share"].mean() > 0.5
     assert columns["uniform/correct"].eq(0).all()
+
+
+def test_a_text_model_reading_one_token_is_found_through_its_embedding():
+    inputs, labels, marked = marked_texts()
+    subject = Subject(PooledTokenModel(sharpness=50.0), "tokens")
+    columns, scores = explain_batch(
+        subject, inputs, labels, SETTINGS, torch.Generator().manual_seed(0)
+    )
+    assert columns["correct"].all()
+    for name, importance in scores.items():
+        assert torch.equal(importance.argmax(dim=1), marked), name
+        assert importance[:, -1].eq(0).all(), name  # padding is never important
+    assert torch.allclose(columns["erasure/integrated_gradients"], torch.tensor(0.2))
 
 
 def test_uniform_weights_show_no_permutation_effect():

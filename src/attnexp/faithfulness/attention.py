@@ -5,8 +5,9 @@
   self-attention classifiers): what each token receives, averaged over the real queries, per
   head ("head<h>") and over the heads ("attention");
 - one (B, nh, T, T) per layer of an encoder read at its first token ([CLS], the Transformer
-  matcher): the last layer's [CLS] row per head and averaged ("attention"), and attention
-  rollout over the layers ("rollout", Abnar & Zuidema 2020).
+  matcher): the last layer's [CLS] row per head and averaged ("attention"), each layer's
+  averaged ("layer<l>", from 1), and attention rollout over the layers ("rollout", Abnar &
+  Zuidema 2020).
 
 Shapes: B examples, nh heads, T positions, L layers.
 """
@@ -26,6 +27,8 @@ def attention_maps(attention, mask: torch.Tensor) -> dict[str, torch.Tensor]:
         maps = {"attention": layers[-1][:, :, 0].mean(dim=1) * mask}  # (B, T)
         if layers[-1].shape[1] > 1:
             maps |= {f"head{h}": layers[-1][:, h, 0] * mask for h in range(layers[-1].shape[1])}
+        if len(layers) > 1:  # each layer's [CLS] row, heads averaged (the last is "attention")
+            maps |= {f"layer{i}": a[:, :, 0].mean(dim=1) * mask for i, a in enumerate(layers, 1)}
         maps["rollout"] = rollout(layers)[:, 0] * mask
         return maps
     attention = attention.float()

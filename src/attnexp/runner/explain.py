@@ -168,10 +168,11 @@ def explain_run(cfg: DictConfig, ckpt_path, overrides: list[str], out_dir: Path)
         )
         device = torch.device(cfg.device)
         columns, views = [], []
-        for batch in batches:
+        for number, batch in enumerate(batches):
             batch = {k: v.to(device) for k, v in batch.items()}
             labels, item_labels = batch.pop("labels"), batch.pop("item_labels", None)
-            check_attends(run, batch)
+            if number == 0:
+                check_attends(run, batch)
             found, scores = explain_batch(
                 run.subject, batch, labels, settings, generator, item_labels
             )

@@ -10,7 +10,7 @@ from attnexp.runs.collect import Run, find_runs
 from attnexp.runs.report import markdown_table, mean_std
 
 PAGE_FILE = "explain.md"
-EXAMPLES_FILE = "examples.html"
+EXAMPLES_STEM = "examples"  # examples_<set>.html (text), examples_<set>_*.png (bags)
 SHOWN_CHOICES = ("model", "scorer", "data", "recipe")
 NAMES = {
     "gradient_x_input": "gradient x input",
@@ -191,7 +191,7 @@ def examples_section(name: str, views: list[dict], predictor: Any, out_dir: Path
         }
         lines = [f"### Examples ({name})", ""]
         for title, weights in drawn.items():
-            file = f"examples_{name}_{title.split()[0]}.png"
+            file = f"{EXAMPLES_STEM}_{name}_{title.split()[0]}.png"
             figure = plot_bag_attention(
                 batch["items"][:, :, 0], batch["mask"], weights, batch["labels"], pred
             )
@@ -216,7 +216,7 @@ def examples_section(name: str, views: list[dict], predictor: Any, out_dir: Path
                 f"(p={float(batch['found']['probability'][i]):.3f})"
             )
             examples.append((caption, tokens, shown))
-    file = f"{EXAMPLES_FILE[:-5]}_{name}.html"
+    file = f"{EXAMPLES_STEM}_{name}.html"
     save_examples_page(examples, f"attention beside integrated gradients ({name})", out_dir / file)
     return [f"Examples, attention beside integrated gradients: [{file}]({file})", ""]
 
