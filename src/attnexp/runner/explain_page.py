@@ -237,19 +237,19 @@ def comparison_rows(runs: list[Run], results: dict[str, dict], folders: dict[str
             erasure = s["erasure"]
             truth = s.get("ground_truth", {})
 
-            def median(section: dict, key: str, inner: str) -> float | None:
-                return section.get(key, {}).get(inner, {}).get("median")
+            def mean(section: dict, key: str, inner: str) -> float | None:
+                return section.get(key, {}).get(inner, {}).get("mean")
 
             cells = {
                 "acc": s["accuracy"],
-                "tau att~IG": median(agreement, "integrated_gradients", "kendall_tau"),
-                "tau att~LOO": median(agreement, "leave_one_out", "kendall_tau"),
-                "perm change": s.get("permutation", {}).get("median_change", {}).get("median"),
+                "tau att~IG": mean(agreement, "integrated_gradients", "kendall_tau"),
+                "tau att~LOO": mean(agreement, "leave_one_out", "kendall_tau"),
+                "perm change": s.get("permutation", {}).get("median_change", {}).get("mean"),
                 "uniform drop": s.get("uniform", {}).get("accuracy_drop"),
-                "erase att": median(erasure, "attention", "fraction_to_flip"),
-                "erase grad": median(erasure, "gradient_x_input", "fraction_to_flip"),
-                "erase IG": median(erasure, "integrated_gradients", "fraction_to_flip"),
-                "erase random": median(erasure, "random", "fraction_to_flip"),
+                "erase att": mean(erasure, "attention", "fraction_to_flip"),
+                "erase grad": mean(erasure, "gradient_x_input", "fraction_to_flip"),
+                "erase IG": mean(erasure, "integrated_gradients", "fraction_to_flip"),
+                "erase random": mean(erasure, "random", "fraction_to_flip"),
                 "truth att": truth.get("attention"),
                 "truth grad": truth.get("gradient_x_input"),
                 "truth IG": truth.get("integrated_gradients"),
@@ -277,9 +277,9 @@ def write_comparison(
     lines = [
         "# Does attention explain? Runs compared",
         "",
-        "Medians over each run's sample (tau: Kendall's tau of the attention with integrated "
-        "gradients and leave-one-out; perm change: median change of the predicted class's "
-        "probability when the weights are shuffled; erase: fraction erased until the decision "
+        "Means over each run's sample (tau: Kendall's tau of the attention with integrated "
+        "gradients and leave-one-out; perm change: per example the median change of the "
+        "predicted class's probability over the shuffles of the weights; erase: fraction erased until the decision "
         "flips, in the order of attention, gradient x input, integrated gradients, at random; "
         "truth: share of bags whose top-ranked item carries the label). Each run's page has "
         "every measure.",
