@@ -165,15 +165,19 @@ def write_run_page(
         }
         plots["erasure"] = plot_erasure_curves(curves, out_dir / f"erasure_{name}.png").name
         lines += set_markdown(name, found["summary"], plots)
-        lines += examples_section(name, shown[name], predictor, out_dir)
+        lines += examples_section(
+            name, shown[name], predictor, out_dir, cfg.explain.max_examples_shown
+        )
     path = out_dir / PAGE_FILE
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
 
 
-def examples_section(name: str, views: list[dict], predictor: Any, out_dir: Path) -> list[str]:
-    """The first examples' attention beside their integrated gradients: drawn bags, or shaded
-    tokens in a page of their own."""
+def examples_section(
+    name: str, views: list[dict], predictor: Any, out_dir: Path, limit: int
+) -> list[str]:
+    """The first `limit` examples' attention beside their integrated gradients: drawn bags, or
+    shaded tokens in a page of their own."""
     if not views:
         return []
     if "items" in views[0]:
@@ -182,10 +186,10 @@ def examples_section(name: str, views: list[dict], predictor: Any, out_dir: Path
         from attnexp.viz.bags import plot_bag_attention
 
         batch = views[0]
-        pred = batch["found"]["pred"]
-        ig = batch["scores"]["integrated_gradients"].clamp(min=0)
+        pred = batch["found"]["pred"][:limit]
+        ig = batch["scores"]["integrated_gradients"][:limit].clamp(min=0)
         drawn = {
-            "attention": batch["scores"]["attention"],
+            "attention": batch["scores"]["attention"][:limit],
             "integrated gradients (share of the positive)": ig
             / ig.sum(dim=1, keepdim=True).clamp(min=1e-12),
         }
@@ -193,7 +197,11 @@ def examples_section(name: str, views: list[dict], predictor: Any, out_dir: Path
         for title, weights in drawn.items():
             file = f"{EXAMPLES_STEM}_{name}_{title.split()[0]}.png"
             figure = plot_bag_attention(
-                batch["items"][:, :, 0], batch["mask"], weights, batch["labels"], pred
+                batch["items"][:limit, :, 0],
+                batch["mask"][:limit],
+                weights,
+                batch["labels"][:limit],
+                pred,
             )
             figure.savefig(out_dir / file, dpi=90)
             plt.close(figure)
@@ -216,6 +224,7 @@ def examples_section(name: str, views: list[dict], predictor: Any, out_dir: Path
                 f"(p={float(batch['found']['probability'][i]):.3f})"
             )
             examples.append((caption, tokens, shown))
+    examples = examples[:limit]
     file = f"{EXAMPLES_STEM}_{name}.html"
     save_examples_page(examples, f"attention beside integrated gradients ({name})", out_dir / file)
     return [f"Examples, attention beside integrated gradients: [{file}]({file})", ""]
