@@ -25,7 +25,7 @@ import logging
 import sys
 from pathlib import Path
 
-from attnexp.cli.compose import compose_command_cfg
+from attnexp.cli.compose import command_usage, compose_command_cfg, flag_refusal
 from attnexp.cli.overrides import quote_equals_values
 from attnexp.errors import ConfigError
 from attnexp.runner.config import register_resolvers
@@ -71,26 +71,15 @@ def summary_lines(result: dict) -> list[str]:
     return lines
 
 
-def usage() -> str:
-    from importlib.resources import files
-
-    settings = files("attnexp.conf").joinpath("explain.yaml").read_text(encoding="utf-8")
-    return f"{(__doc__ or '').strip()}\n\nSettings (key=value; conf/explain.yaml):\n\n{settings}"
-
-
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(levelname)s] %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else argv
     if any(arg in ("-h", "--help") for arg in argv):
-        print(usage())
+        print(command_usage("explain", __doc__))
         return 0
-    flags = [arg for arg in argv if arg.startswith("-")]
-    if flags:
-        print(
-            f"error: explain takes key=value arguments only, not {flags[0]} (see python -m "
-            f"attnexp.explain --help)",
-            file=sys.stderr,
-        )
+    refusal = flag_refusal("explain", argv)
+    if refusal is not None:
+        print(refusal, file=sys.stderr)
         return 2
     try:
         overrides = quote_equals_values(argv)
