@@ -39,24 +39,38 @@ def _per_position(attribution: torch.Tensor, mask: torch.Tensor) -> torch.Tensor
     return attribution.flatten(2).sum(dim=-1).float() * mask
 
 
-def gradient_x_input(
-    subject: Subject, inputs: dict[str, torch.Tensor], target: torch.Tensor
+def _attribute(
+    subject: Subject,
+    inputs: dict[str, torch.Tensor],
+    target: torch.Tensor,
+    on_input: type,
+    on_layer: type,
+    **options,
 ) -> torch.Tensor:
-    """(B, T): gradient of the `target` (B,) class probability times the input, per position."""
+    """(B, T): captum's `on_input` method over a bag's items, or its `on_layer` method over a
+    text's token embedding, toward the `target` (B,) class probability, per position."""
     keys = [k for k in inputs if k != subject.ranked_key]
     forward = _forward(subject, keys)
     method = (
-        InputXGradient(forward)
+        on_input(forward)
         if subject.input_kind == "bags"
-        else LayerGradientXActivation(forward, subject.embedding())
+        else on_layer(forward, subject.embedding())
     )
     with torch.enable_grad():
         found = method.attribute(
             _ranked(subject, inputs),
             target=target,
             additional_forward_args=tuple(inputs[k] for k in keys),
+            **options,
         )
     return _per_position(found.detach(), inputs["mask"])
+
+
+def gradient_x_input(
+    subject: Subject, inputs: dict[str, torch.Tensor], target: torch.Tensor
+) -> torch.Tensor:
+    """(B, T): gradient of the `target` (B,) class probability times the input, per position."""
+    return _attribute(subject, inputs, target, InputXGradient, LayerGradientXActivation)
 
 
 def integrated_gradients(
@@ -68,23 +82,11 @@ def integrated_gradients(
 ) -> torch.Tensor:
     """(B, T): integrated gradients of the `target` class probability over `steps` steps from
     the baseline (`Subject.baseline`), per position."""
-    keys = [k for k in inputs if k != subject.ranked_key]
-    forward = _forward(subject, keys)
-    method = (
-        IntegratedGradients(forward)
-        if subject.input_kind == "bags"
-        else LayerIntegratedGradients(forward, subject.embedding())
-    )
-    with torch.enable_grad():
-        found = method.attribute(
-            _ranked(subject, inputs),
-            baselines=subject.baseline(inputs),
-            target=target,
-            additional_forward_args=tuple(inputs[k] for k in keys),
-            n_steps=steps,
-            internal_batch_size=internal_batch_size,
-        )
-    return _per_position(found.detach(), inputs["mask"])
+    return _attribute(
+        subject, inputs, target, IntegratedGradients, LayerIntegratedGradients,
+        baselines=subject.baseline(inputs), n_steps=steps,
+        internal_batch_size=internal_batch_size,
+    )  # fmt: skip
 
 
 @torch.no_grad()
