@@ -47,6 +47,16 @@ def bag_runs(tmp_path_factory) -> Path:
     return tmp
 
 
+@pytest.fixture(autouse=True)
+def same_torch_threads():
+    """explain sets the torch threads, as a run does: put them back for the other tests."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 def explain(capsys, tmp: Path, *args: str) -> tuple[int, str, str]:
     rc = main([f"paths.log_dir={tmp}/outputs", f"paths.data_dir={tmp}/data", *SMALL, *args])
     out, err = capsys.readouterr()

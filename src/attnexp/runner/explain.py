@@ -26,10 +26,17 @@ from attnexp.files import write_atomically
 from attnexp.predictors import predictor_for
 from attnexp.runner.build import build
 from attnexp.runner.config import register_resolvers
-from attnexp.runner.evaluate import run_overrides
+from attnexp.runner.evaluate import check_same_data, run_overrides
 from attnexp.runner.explain_page import write_comparison, write_run_page
-from attnexp.runner.load import given_ckpt_path, load_run, load_weights, run_settings_hint
+from attnexp.runner.load import (
+    given_ckpt_path,
+    load_run,
+    load_weights,
+    read_run_record,
+    run_settings_hint,
+)
 from attnexp.runner.predict import check_device, figure_folders, runs_to_compare
+from attnexp.runner.threads import set_threads
 from attnexp.runs.dirs import new_run_name, run_holding
 
 log = logging.getLogger(__name__)
@@ -81,6 +88,8 @@ def explain(cfg: DictConfig, cli_overrides: list[str]) -> dict:
     ).expanduser()
     check_explain_dir(out_dir, given_dir)
     overrides = run_overrides(cfg, cli_overrides)
+    # as trainer.threads=auto: the cores the load leaves free (OMP_NUM_THREADS wins)
+    set_threads("auto", on_cpu=torch.device(cfg.device).type == "cpu")
     runs = runs_to_compare(Path(given_ckpt_path(cfg)).expanduser())
     if runs is None:
         result = explain_run(cfg, cfg.ckpt_path, overrides, out_dir)
@@ -145,6 +154,8 @@ def load_explained(cfg: DictConfig, ckpt_path, overrides: list[str], out_dir: Pa
             f"measures the attention of classifiers ({', '.join(INPUT_KINDS)}), and translation "
             f"models are not explained yet"
         )
+    # the kind of data the run tested on (local files, hub, embedded sample), as evaluate checks
+    check_same_data(datamodule.source, read_run_record(run_dir), run_cfg, overrides)
     load_weights(task, ckpt)
     datamodule.setup("test")
     subject = Subject(task.model.to(torch.device(cfg.device)), datamodule.input_kind)
