@@ -13,7 +13,10 @@ from attnexp.faithfulness.measures import (
     shuffled,
     summarise,
     top_k_overlap,
+    uniform,
 )
+from attnexp.models.self_attention import SelfAttentionClassifier
+from attnexp.modules.mhsa import MultiHeadSelfAttention
 from tests.faithfulness.known_models import (
     PooledBagModel,
     PooledTokenModel,
@@ -164,3 +167,27 @@ def test_summarise_leaves_out_what_does_not_apply():
 def test_settings_name_the_bad_value():
     with pytest.raises(ValueError, match="ig_steps=0"):
         Settings(ig_steps=0)
+
+
+@pytest.mark.parametrize("attention", ["mhsa", "simple"])
+def test_self_attention_weights_replaced_by_themselves_change_nothing(attention):
+    """The hook recomputes the layer as the layer does: the same weights give the same output,
+    uniform ones another."""
+    torch.manual_seed(0)
+    model = SelfAttentionClassifier(20, 2, heads=2, attention=attention, embed_dim=8)
+    ids = torch.tensor([[3, 5, 7, 9, 0, 0], [4, 6, 8, 10, 12, 14]])
+    inputs = {"input_ids": ids, "mask": ids != 0}
+    subject = Subject(model, "tokens")
+    with torch.no_grad():
+        plain = subject.probabilities(inputs)
+        with subject.weights_replaced(lambda w, m: w):
+            same = subject.probabilities(inputs)
+        with subject.weights_replaced(uniform):
+            evened = subject.probabilities(inputs)
+    assert torch.allclose(plain, same, atol=1e-6)
+    assert not torch.allclose(plain, evened, atol=1e-4)
+
+
+def test_a_stacked_encoder_has_no_one_layer_to_replace():
+    model = torch.nn.Sequential(MultiHeadSelfAttention(8, 2), MultiHeadSelfAttention(8, 2))
+    assert Subject(model, "tokens").attention_layer is None

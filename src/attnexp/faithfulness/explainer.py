@@ -92,7 +92,7 @@ def explain_batch(
             columns[f"top_k_overlap/{name}/{method}"] = top_k_overlap(
                 weights, scores[method], ranked, settings.top_k
             )
-    if subject.pooling is not None:
+    if subject.attention_layer is not None:
         shuffles = permutation(subject, inputs, settings.permutations, generator)
         columns["permutation/median_change"] = shuffles["median_change"]
         columns["permutation/flip_share"] = shuffles["flip_share"]
@@ -119,7 +119,7 @@ def concatenate(batches: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tenso
 
 def summarise_columns(columns: dict[str, torch.Tensor]) -> dict:
     """explain.json's numbers for one test set: accuracy; per attention map and method the rank
-    agreement; the permutation and uniform-weight effects (pooling models); per erasure order
+    agreement; the permutation and uniform-weight effects (models with one attention layer); per erasure order
     the fraction erased to flip, the share never flipped and the curve; the ground-truth shares
     (bags). Each per-example measure as mean, median and quartiles (`summarise`)."""
     n = len(columns["correct"])

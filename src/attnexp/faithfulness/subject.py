@@ -6,17 +6,15 @@ Shapes: B examples, T positions (items of a bag, tokens of a text or a pair), C 
 first two dims are (B, T) is per position.
 """
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
 from torch import nn
 
-from attnexp.modules import AttentionPooling
+from attnexp.faithfulness.override import WeightOverride, replaceable_layer, weights_replaced
 
 INPUT_KINDS = ("bags", "tokens", "pairs")
-# weights (B, T), mask (B, T) -> the weights the pooling uses instead (B, T)
-WeightOverride = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class Subject:
@@ -33,9 +31,8 @@ class Subject:
             raise ValueError(f"input_kind '{input_kind}' is not one of {', '.join(INPUT_KINDS)}")
         self.model = model.eval()
         self.input_kind = input_kind
-        pools = [m for m in model.modules() if isinstance(m, AttentionPooling)]
-        # The weights can be replaced where one pooling makes them: its output is a weighted sum.
-        self.pooling = pools[0] if len(pools) == 1 else None
+        # Where one layer makes the weights, they can be replaced (permutation, uniform).
+        self.attention_layer = replaceable_layer(model)
 
     @property
     def ranked_key(self) -> str:
@@ -83,25 +80,15 @@ class Subject:
 
     @contextmanager
     def weights_replaced(self, override: WeightOverride) -> Iterator[None]:
-        """Within the block, the attention pooling uses `override(weights, mask)` in place of its
-        weights (its output becomes the sum of the items under the new weights)."""
-        if self.pooling is None:
+        """Within the block, the model's attention layer uses `override(weights, mask)` in place
+        of its weights (see `attnexp.faithfulness.override`)."""
+        if self.attention_layer is None:
             raise ValueError(
-                f"{type(self.model).__name__} has no single attention pooling whose weights can "
-                f"be replaced"
+                f"{type(self.model).__name__} has no single attention layer whose weights can be "
+                f"replaced"
             )
-
-        def hook(module, args, kwargs, output):
-            items = args[0]  # (B, T, H)
-            mask = args[1] if len(args) > 1 else kwargs.get("mask")
-            weights = override(output[1], mask)  # (B, T)
-            return torch.einsum("bt,bth->bh", weights, items), weights
-
-        handle = self.pooling.register_forward_hook(hook, with_kwargs=True)
-        try:
+        with weights_replaced(self.attention_layer, override):
             yield
-        finally:
-            handle.remove()
 
 
 def erase(inputs: dict[str, torch.Tensor], drop: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -84,8 +84,8 @@ def set_markdown(name: str, summary: dict, plots: dict[str, str]) -> list[str]:
         lines += [f"![permutation]({plots['permutation']})", ""] if "permutation" in plots else []
     else:
         lines += [
-            "Permutation and uniform weights: not measured (the model's attention is not one "
-            "pooling whose weights can be replaced).",
+            "Permutation and uniform weights: not measured (the model's weights come from more "
+            "than one attention layer: no one place to replace them).",
             "",
         ]
     rows = [
