@@ -6,7 +6,7 @@ The run is rebuilt from its `.hydra/config.yaml` (plus `paths.data_dir=` and
 drawn by `explain.seed`; a bag run: its main test set and its variable-size one) is measured
 against the model's attention: rank agreement (Kendall tau, top-k overlap) with gradient x
 input, integrated gradients (captum) and leave-one-out; the effect of shuffling the weights and
-of uniform weights (attention-pooling models); erasure in the order of each ranking until the
+of uniform weights (models with one attention layer); erasure in the order of each ranking until the
 decision flips; on bags, whether the top-ranked digit is the label digit. Stacked self-attention
 (the Transformer matcher) is read both as its last layer's [CLS] row and as attention rollout.
 
