@@ -174,29 +174,7 @@ def explain_run(cfg: DictConfig, ckpt_path, overrides: list[str], out_dir: Path)
     generator = torch.Generator(device=cfg.device).manual_seed(cfg.explain.seed)
     sets, shown = {}, {}
     for name, loader in test_sets(run.datamodule).items():
-        batches = sampled_batches(
-            run, loader, cfg.explain.n_examples, cfg.explain.batch_size, cfg.explain.seed, name
-        )
-        device = torch.device(cfg.device)
-        columns, views = [], []
-        for number, batch in enumerate(batches):
-            batch = {k: v.to(device) for k, v in batch.items()}
-            labels, item_labels = batch.pop("labels"), batch.pop("item_labels", None)
-            if number == 0:
-                check_attends(run, batch)
-            found, scores = explain_batch(
-                run.subject, batch, labels, settings, generator, item_labels
-            )
-            columns.append(found)
-            if sum(len(v["labels"]) for v in views) < cfg.explain.max_examples_shown:
-                views.append({**batch, "labels": labels, "found": found, "scores": scores})
-        merged = concatenate(columns)
-        sets[name] = {
-            "summary": summarise_columns(merged),
-            "examples": {k: without_nan(v.tolist()) for k, v in merged.items()},
-        }
-        shown[name] = views
-        log.info("%s: %d examples explained", name, len(merged["correct"]))
+        sets[name], shown[name] = explain_set(run, loader, name, cfg, settings, generator)
     result = {
         "run_dir": str(run.run_dir),
         "ckpt": str(run.ckpt),
@@ -215,6 +193,39 @@ def explain_run(cfg: DictConfig, ckpt_path, overrides: list[str], out_dir: Path)
     if cfg.explain.figures:
         write_run_page(result, shown, predictor_for(run.datamodule), cfg, out_dir)
     return result
+
+
+def explain_set(
+    run: LoadedRun,
+    loader,
+    name: str,
+    cfg: DictConfig,
+    settings: Settings,
+    generator: torch.Generator,
+) -> tuple[dict, list[dict]]:
+    """One test set's sample measured: ({"summary", "examples"} for explain.json, the first
+    batches with their importances, for the figures)."""
+    batches = sampled_batches(
+        run, loader, cfg.explain.n_examples, cfg.explain.batch_size, cfg.explain.seed, name
+    )
+    device = torch.device(cfg.device)
+    columns, views = [], []
+    for number, batch in enumerate(batches):
+        batch = {k: v.to(device) for k, v in batch.items()}
+        labels, item_labels = batch.pop("labels"), batch.pop("item_labels", None)
+        if number == 0:
+            check_attends(run, batch)
+        found, scores = explain_batch(run.subject, batch, labels, settings, generator, item_labels)
+        columns.append(found)
+        if sum(len(v["labels"]) for v in views) < cfg.explain.max_examples_shown:
+            views.append({**batch, "labels": labels, "found": found, "scores": scores})
+    merged = concatenate(columns)
+    log.info("%s: %d examples explained", name, len(merged["correct"]))
+    found = {
+        "summary": summarise_columns(merged),
+        "examples": {k: without_nan(v.tolist()) for k, v in merged.items()},
+    }
+    return found, views
 
 
 def check_attends(run: LoadedRun, batch: dict[str, torch.Tensor]) -> None:
