@@ -12,20 +12,22 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "attnexp"
 
 # Lowest first. A part may import its own layer and those below it, never one above. The shared
 # leaves (errors, files, schema, the package's own __init__) sit at the bottom; the launchers of
-# `python -m attnexp[.evaluate|.predict|.report]` at the top.
+# `python -m attnexp[.evaluate|.explain|.predict|.report]` at the top.
 LAYERS = (
     {"attnexp", "errors", "files", "schema"},
     {"modules"},
     {"models"},
+    {"faithfulness"},
     {"viz"},
     {"data", "tasks", "predictors"},
     {"runs"},
     {"runner"},
     {"cli"},
-    {"__main__", "evaluate", "predict", "report"},
+    {"__main__", "evaluate", "explain", "predict", "report"},
 )
 RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
-FRAMEWORKS = {"pytorch_lightning", "lightning", "hydra", "omegaconf"}  # not in modules/, models/
+# not in modules/, models/, faithfulness/
+FRAMEWORKS = {"pytorch_lightning", "lightning", "hydra", "omegaconf"}
 HEAVY = {"torch", "pytorch_lightning", "lightning", "torchmetrics"}  # not at import in cli/
 
 
@@ -94,8 +96,8 @@ def test_nothing_imports_a_layer_above_its_own():
     assert upward == []
 
 
-@pytest.mark.parametrize("part", ["modules", "models"])
-def test_modules_and_models_are_framework_free(part):
+@pytest.mark.parametrize("part", ["modules", "models", "faithfulness"])
+def test_modules_models_and_measures_are_framework_free(part):
     found = [
         f"{path.relative_to(PACKAGE)}:{line} imports {target}"
         for path in sorted((PACKAGE / part).rglob("*.py"))
@@ -131,6 +133,7 @@ def test_the_entry_points_import_no_torch_until_a_run_starts():
     code = (
         "import sys\n"
         "import attnexp.cli.train, attnexp.cli.evaluate, attnexp.cli.predict, attnexp.cli.report\n"
+        "import attnexp.cli.explain\n"
         f"print(sorted(m for m in {sorted(HEAVY)} if m in sys.modules))"
     )
     out = subprocess.run(

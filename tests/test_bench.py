@@ -329,3 +329,17 @@ def test_every_gpu_mode_is_documented():
     assert modes == documented
     for mode in modes:
         assert re.search(rf"^# {mode}:", script, flags=re.MULTILINE), mode  # the script's header
+
+
+@pytest.mark.slow  # tokenizes the embedded IMDB sample (~10 s on a busy machine)
+def test_bench_explain_times_each_measure(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(BENCH))
+    out = tmp_path / "explain.json"
+    argv = ["--reviews", "2", "--batch-size", "2", "--ig-steps", "2", "--max-seq-len", "16"]
+    monkeypatch.setattr(sys, "argv", [str(BENCH / "bench_explain.py"), *argv, "--out", str(out)])
+    runpy.run_path(str(BENCH / "bench_explain.py"), run_name="__main__")
+    result = json.loads(out.read_text())
+    assert result["reviews"] == 2 and result["reviews_per_s"] > 0
+    assert set(result["seconds"]) == {
+        "gradient_x_input", "integrated_gradients", "leave_one_out", "permutation", "erasure"
+    }  # fmt: skip

@@ -64,10 +64,18 @@ def test_a_run_imports_its_training_code(tmp_path):
         ("evaluate", ["ckpt_pth=x"], "ckpt_pth=x is not a setting of evaluate"),
         ("predict", ["--help"], "Settings (key=value; conf/predict.yaml)"),
         ("predict", ["ckpt_pth=x", "text=good"], "ckpt_pth=x is not a setting of predict"),
+        ("explain", ["--help"], "Settings (key=value; conf/explain.yaml)"),
+        ("explain", ["explain.n_exampls=3"], "explain.n_exampls=3 is not a setting of explain"),
+        ("explain", ["ckpt_path=x", "-m"], "explain takes key=value arguments only, not -m"),
     ],
-    ids=["evaluate-help", "evaluate-typo", "predict-help", "predict-typo"],
-)
-def test_evaluate_and_predict_answer_help_and_typos_without_torch(tmp_path, command, args, says):
+    ids=[
+        "evaluate-help", "evaluate-typo", "predict-help", "predict-typo", "explain-help",
+        "explain-typo", "explain-flag",
+    ],
+)  # fmt: skip
+def test_evaluate_predict_and_explain_answer_help_and_typos_without_torch(
+    tmp_path, command, args, says
+):
     result, imported = run_counting_imports(["-m", f"attnexp.{command}", *args], tmp_path)
     assert "attnexp" in imported  # the import lines were read
     assert not imported & (RUN_MODULES | MATPLOTLIB), result.stderr
@@ -75,7 +83,7 @@ def test_evaluate_and_predict_answer_help_and_typos_without_torch(tmp_path, comm
     assert says in result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("command", ["evaluate", "predict"])
+@pytest.mark.parametrize("command", ["evaluate", "predict", "explain"])
 def test_a_checkpoint_that_is_not_there_is_said_before_torch_loads(tmp_path, command):
     result, imported = run_counting_imports(
         ["-m", f"attnexp.{command}", f"ckpt_path={tmp_path}/nowhere", f"paths.log_dir={tmp_path}"],

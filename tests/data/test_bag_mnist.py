@@ -367,3 +367,19 @@ def test_evaluation_bags_on_the_device_are_the_hosts(data_dir, device):
             for a, b in zip(host, there, strict=True):
                 assert b["items"].device.type == device
                 assert all(torch.equal(a[key], b[key].cpu()) for key in a)
+
+
+def test_ground_truth_sets_are_the_test_bags_with_each_digit(data_dir):
+    dm = make(data_dir, eval_variable_max=4)
+    sets = dm.ground_truth_sets()
+    assert set(sets) == {"test", "variable"}
+    main, variable = dm.test_dataloader()[0], dm.test_dataloader()[-1]
+    for name, plain in (("test", main), ("variable", variable)):
+        known, bags = first(sets[name]), first(plain)
+        assert torch.equal(known["items"], bags["items"]) and torch.equal(
+            known["mask"], bags["mask"]
+        )
+        # the label is the largest digit: the largest real item label
+        digits = known["item_labels"].masked_fill(~known["mask"], -1)
+        assert torch.equal(digits.amax(dim=1), known["labels"])
+    assert "item_labels" not in first(main)  # the run's own batches are unchanged

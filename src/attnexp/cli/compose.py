@@ -76,3 +76,24 @@ def check_run_overrides(command: str, overrides: list[str]) -> None:
             f"tokenizer it saved, which fixes {keys} (drop them; to test other tokenizer "
             f"settings, train a run with them)"
         )
+
+
+def command_usage(command: str, doc: str | None) -> str:
+    """--help of a key=value command (predict, explain): its docstring and its settings, as
+    `<command>.yaml` lists them."""
+    from importlib.resources import files
+
+    settings = files("attnexp.conf").joinpath(f"{command}.yaml").read_text(encoding="utf-8")
+    return f"{(doc or '').strip()}\n\nSettings (key=value; conf/{command}.yaml):\n\n{settings}"
+
+
+def flag_refusal(command: str, argv: list[str]) -> str | None:
+    """Hydra's flags (--cfg, -m, ...) are not a key=value command's: Hydra's lexer error said
+    nothing. The line that says so, or None."""
+    flags = [arg for arg in argv if arg.startswith("-")]
+    if not flags:
+        return None
+    return (
+        f"error: {command} takes key=value arguments only, not {flags[0]} (see python -m "
+        f"attnexp.{command} --help)"
+    )

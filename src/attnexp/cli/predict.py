@@ -30,7 +30,7 @@ of a second. torch and Lightning come with `attnexp.runner.predict`, imported on
 import logging
 import sys
 
-from attnexp.cli.compose import compose_command_cfg
+from attnexp.cli.compose import command_usage, compose_command_cfg, flag_refusal
 from attnexp.cli.overrides import quote_equals_values
 from attnexp.errors import ConfigError
 from attnexp.runner.config import register_resolvers
@@ -71,27 +71,15 @@ def format_result(result: dict) -> str:
     return "\n".join(lines)
 
 
-def usage() -> str:
-    """--help: what predict does and its settings, as predict.yaml lists them."""
-    from importlib.resources import files
-
-    settings = files("attnexp.conf").joinpath("predict.yaml").read_text(encoding="utf-8")
-    return f"{(__doc__ or '').strip()}\n\nSettings (key=value; conf/predict.yaml):\n\n{settings}"
-
-
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(levelname)s] %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else argv
     if any(arg in ("-h", "--help") for arg in argv):
-        print(usage())
+        print(command_usage("predict", __doc__))
         return 0
-    flags = [arg for arg in argv if arg.startswith("-")]
-    if flags:  # Hydra's flags (--cfg, -m, ...) are not predict's: Hydra's lexer error said nothing
-        print(
-            f"error: predict takes key=value arguments only, not {flags[0]} (see python -m "
-            f"attnexp.predict --help)",
-            file=sys.stderr,
-        )
+    refusal = flag_refusal("predict", argv)
+    if refusal is not None:
+        print(refusal, file=sys.stderr)
         return 2
     try:
         raw, overrides = split_args(argv, RAW_KEYS)

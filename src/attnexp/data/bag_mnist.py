@@ -330,6 +330,21 @@ class BagMNISTDataModule(AttnDataModule):
             sets.append(self._eval_loader("test", 1, self.eval_variable_max, 3))
         return sets
 
+    def ground_truth_sets(self) -> dict[str, DataLoader]:
+        """The main test set ("test", bags of bag_size) and the variable-size one ("variable",
+        where the run has it): the same bags as the run's test, their batches also carrying each
+        item's own digit, "item_labels" (B, T) (what `python -m attnexp.explain` checks the
+        attention against)."""
+        sets = {"test": (self.bag_size, self.bag_size, 2)}
+        if self.eval_variable_max > 0:
+            sets["variable"] = (1, self.eval_variable_max, 3)
+        loaders = {}
+        for name, (min_size, max_size, seed_offset) in sets.items():
+            pool, bags = self._fixed_bags("test", min_size, max_size, seed_offset, self.batch_size)
+            pool.item_labels = True
+            loaders[name] = bag_loader(pool, bags, self.num_workers)
+        return loaders
+
     def on_after_batch_transfer(self, batch: dict, dataloader_idx: int) -> dict:
         """uint8 (B, T, S, S) -> normalised float (B, T, 1, S, S), padded slots zero; on the device,
         in the model's dtype (bf16 under trainer.precision=bf16-true)."""

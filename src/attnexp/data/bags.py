@@ -92,14 +92,22 @@ class BagPool(Dataset):
     Indexed with bags (index (B, T), mask (B, T)[, moves (B, T, 2)]) as the samplers below yield
     them, it returns items (B, T, S, S) uint8, each moved by its (dy, dx) if moves are given, mask
     (B, T) and labels (B,), on the pool's device. `max_shift`: the largest move the bags carry.
+    `item_labels`: also each item's own label, "item_labels" (B, T) (the ground truth of which
+    item decides a bag, for `python -m attnexp.explain`; not a model input).
     """
 
     def __init__(
-        self, images: torch.Tensor, labels: torch.Tensor, rule: str, max_shift: int | None = None
+        self,
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        rule: str,
+        max_shift: int | None = None,
+        item_labels: bool = False,
     ) -> None:
         check_rule(rule)
         self.images, self.labels, self.rule = images, labels, rule
         self.max_shift = max_shift
+        self.item_labels = item_labels
 
     def __len__(self) -> int:
         return len(self.images)
@@ -107,11 +115,14 @@ class BagPool(Dataset):
     def __getitem__(self, bags: Bags) -> dict[str, torch.Tensor]:
         index, mask, *moves = bags
         items = self.images[index]
-        return {
+        batch = {
             "items": shift_images(items, moves[0], self.max_shift) if moves else items,
             "mask": mask,
             "labels": bag_labels(self.labels, index, mask, self.rule),
         }
+        if self.item_labels:
+            batch["item_labels"] = self.labels[index]  # (B, T); padded slots: item 0's
+        return batch
 
 
 class _BagSampler(Sampler[Bags]):

@@ -21,6 +21,9 @@ class PairPredictor:
     def __init__(self, datamodule: Any) -> None:
         self.data = datamodule
 
+    def tokens(self, ids: list[int]) -> list[str]:
+        return self.data.ensure_tokenizer().ids_to_tokens(ids)
+
     def check_raw(self, example: dict[str, str]) -> str | None:
         empty = [k for k in self.raw_fields if not example.get(k, "").strip()]
         if empty:

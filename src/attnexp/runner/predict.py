@@ -51,21 +51,26 @@ def check_predict_settings(cfg: DictConfig) -> None:
     if cfg.decode.beam_size is not None:
         require_positive("decode.beam_size", cfg.decode.beam_size)
     require_positive("decode.n_best", cfg.decode.n_best)
+    check_device(cfg.device, "predict")
+
+
+def check_device(name: str, command: str) -> None:
+    """`device=` of predict or explain: a CPU or a CUDA device this machine has."""
     try:
-        device = torch.device(cfg.device)
+        device = torch.device(name)
     except RuntimeError as err:
         raise ConfigError(
-            f"device={cfg.device} is not a torch device ({err}); set device=cpu or device=cuda"
+            f"device={name} is not a torch device ({err}); set device=cpu or device=cuda"
         ) from None
     if device.type not in PREDICT_DEVICES:
         # torch knows mps, xpu, meta, ...: each failed later, with a traceback, or had no weights
         raise ConfigError(
-            f"device={cfg.device}: predict runs on {' or '.join(PREDICT_DEVICES)} (set device=cpu, "
+            f"device={name}: {command} runs on {' or '.join(PREDICT_DEVICES)} (set device=cpu, "
             f"device=cuda or device=cuda:<index>)"
         )
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
         raise ConfigError(
-            f"device={cfg.device}: torch {torch.__version__} sees "
+            f"device={name}: torch {torch.__version__} sees "
             f"{torch.cuda.device_count()} CUDA device(s) on this machine; set device=cpu"
         )
 

@@ -94,10 +94,10 @@ def token_heatmap(
 def token_html(tokens: list[str], weights: dict[str, torch.Tensor], title: str) -> str:
     """A standalone HTML page: the tokens shaded by weight / the view's largest (one paragraph per
     view, its peak as a multiple of the uniform weight 1/n), hover = the weight."""
-    return _page(title, [f"<h3>{html.escape(title)}</h3>", *_view_paragraphs(tokens, weights)])
+    return page(title, [f"<h3>{html.escape(title)}</h3>", *views_html(tokens, weights)])
 
 
-def _page(title: str, body: list[str]) -> str:
+def page(title: str, body: list[str]) -> str:
     head = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>{html.escape(title)}</title>",
@@ -107,7 +107,7 @@ def _page(title: str, body: list[str]) -> str:
     return "\n".join([*head, *body, "</body></html>"])
 
 
-def _view_paragraphs(tokens: list[str], weights: dict[str, Sequence[float] | torch.Tensor]):
+def views_html(tokens: list[str], weights: dict[str, Sequence[float] | torch.Tensor]):
     """One paragraph per view: its name, its peak as a multiple of uniform, the shaded tokens."""
     parts = []
     for tag, w in weights.items():
@@ -153,8 +153,8 @@ def save_comparison(
             )
             attention = "" if "attention" in row else " (no attention)"
             body.append(f"<p>{name}: {html.escape(answer)}{attention}</p>")
-            body += _view_paragraphs(row.get("tokens", []), row.get("attention", {}))
-    Path(path).write_text(_page(title, body), encoding="utf-8")
+            body += views_html(row.get("tokens", []), row.get("attention", {}))
+    Path(path).write_text(page(title, body), encoding="utf-8")
     return Path(path)
 
 
