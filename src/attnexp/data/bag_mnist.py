@@ -342,7 +342,7 @@ class BagMNISTDataModule(AttnDataModule):
         for name, (min_size, max_size, seed_offset) in sets.items():
             pool, bags = self._fixed_bags("test", min_size, max_size, seed_offset, self.batch_size)
             pool.item_labels = True
-            loaders[name] = bag_loader(pool, bags, self.num_workers)
+            loaders[name] = bag_loader(pool, bags, self.num_workers, self.seed)
         return loaders
 
     def on_after_batch_transfer(self, batch: dict, dataloader_idx: int) -> dict:
