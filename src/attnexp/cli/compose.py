@@ -3,6 +3,7 @@ line, checked before hydra.main or the runner sees it. A run setting given as `d
 with where it goes (`overrides=["data.x=..."]`), not with Hydra's advice (`+data.x=...`)."""
 
 import re
+import sys
 
 from hydra import compose
 from omegaconf import DictConfig, OmegaConf
@@ -78,22 +79,23 @@ def check_run_overrides(command: str, overrides: list[str]) -> None:
         )
 
 
-def command_usage(command: str, doc: str | None) -> str:
-    """--help of a key=value command (predict, explain): its docstring and its settings, as
-    `<command>.yaml` lists them."""
-    from importlib.resources import files
+def answer_without_running(command: str, doc: str | None, argv: list[str]) -> int | None:
+    """What a key=value command (predict, explain) answers before it composes anything: its
+    --help (exit 0: its docstring and its settings, as `<command>.yaml` lists them), or the
+    refusal of one of Hydra's flags (exit 2: --cfg, -m, ... are not its; Hydra's lexer error said
+    nothing). None for a command line of key=value arguments."""
+    if any(arg in ("-h", "--help") for arg in argv):
+        from importlib.resources import files
 
-    settings = files("attnexp.conf").joinpath(f"{command}.yaml").read_text(encoding="utf-8")
-    return f"{(doc or '').strip()}\n\nSettings (key=value; conf/{command}.yaml):\n\n{settings}"
-
-
-def flag_refusal(command: str, argv: list[str]) -> str | None:
-    """Hydra's flags (--cfg, -m, ...) are not a key=value command's: Hydra's lexer error said
-    nothing. The line that says so, or None."""
+        settings = files("attnexp.conf").joinpath(f"{command}.yaml").read_text(encoding="utf-8")
+        print(f"{(doc or '').strip()}\n\nSettings (key=value; conf/{command}.yaml):\n\n{settings}")
+        return 0
     flags = [arg for arg in argv if arg.startswith("-")]
-    if not flags:
-        return None
-    return (
-        f"error: {command} takes key=value arguments only, not {flags[0]} (see python -m "
-        f"attnexp.{command} --help)"
-    )
+    if flags:
+        print(
+            f"error: {command} takes key=value arguments only, not {flags[0]} (see python -m "
+            f"attnexp.{command} --help)",
+            file=sys.stderr,
+        )
+        return 2
+    return None

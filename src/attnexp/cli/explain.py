@@ -25,7 +25,7 @@ import logging
 import sys
 from pathlib import Path
 
-from attnexp.cli.compose import command_usage, compose_command_cfg, flag_refusal
+from attnexp.cli.compose import answer_without_running, compose_command_cfg
 from attnexp.cli.overrides import quote_equals_values
 from attnexp.errors import ConfigError
 from attnexp.runner.config import register_resolvers
@@ -74,13 +74,9 @@ def summary_lines(result: dict) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(levelname)s] %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else argv
-    if any(arg in ("-h", "--help") for arg in argv):
-        print(command_usage("explain", __doc__))
-        return 0
-    refusal = flag_refusal("explain", argv)
-    if refusal is not None:
-        print(refusal, file=sys.stderr)
-        return 2
+    answer = answer_without_running("explain", __doc__, argv)
+    if answer is not None:
+        return answer
     try:
         overrides = quote_equals_values(argv)
         cfg = compose_command_cfg("explain", overrides)

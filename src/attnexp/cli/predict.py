@@ -30,7 +30,7 @@ of a second. torch and Lightning come with `attnexp.runner.predict`, imported on
 import logging
 import sys
 
-from attnexp.cli.compose import command_usage, compose_command_cfg, flag_refusal
+from attnexp.cli.compose import answer_without_running, compose_command_cfg
 from attnexp.cli.overrides import quote_equals_values
 from attnexp.errors import ConfigError
 from attnexp.runner.config import register_resolvers
@@ -74,13 +74,9 @@ def format_result(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(levelname)s] %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else argv
-    if any(arg in ("-h", "--help") for arg in argv):
-        print(command_usage("predict", __doc__))
-        return 0
-    refusal = flag_refusal("predict", argv)
-    if refusal is not None:
-        print(refusal, file=sys.stderr)
-        return 2
+    answer = answer_without_running("predict", __doc__, argv)
+    if answer is not None:
+        return answer
     try:
         raw, overrides = split_args(argv, RAW_KEYS)
         cfg = compose_command_cfg("predict", quote_equals_values(overrides))
