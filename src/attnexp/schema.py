@@ -302,6 +302,22 @@ SCHEMA: dict[str, dict[str, Rule]] = {
 }
 
 
+# The explain command's own settings (conf/explain.yaml), checked before it loads a run. Not in
+# SCHEMA: no run's config holds them.
+EXPLAIN: dict[str, Rule] = {
+    "explain.n_examples": POSITIVE,
+    "explain.seed": SEED,
+    "explain.batch_size": POSITIVE,
+    "explain.ig_steps": POSITIVE,
+    "explain.top_k": POSITIVE,
+    "explain.permutations": POSITIVE,
+    "explain.erasure_steps": POSITIVE,
+    "explain.max_target_tokens": POSITIVE,  # target steps of a translation explained per sentence
+    "explain.figures": Switch(),
+    "explain.max_examples_shown": POSITIVE,
+}
+
+
 def _pattern(key: str) -> re.Pattern:
     return re.compile(
         r"\.".join("[^.]+" if part == "*" else re.escape(part) for part in key.split("."))

@@ -94,3 +94,51 @@ def marked_texts() -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]
     )
     labels = torch.tensor([0, 1, 0, 1])  # class 0: the marked token's evidence is positive
     return {"input_ids": input_ids, "mask": input_ids != 0}, labels, torch.tensor([1, 2, 0, 4])
+
+
+class MarkedTranslator(nn.Module):
+    """An encoder-decoder whose every target step reads one marked source token: the table of
+    `PooledTokenModel` embeds the source, each step attends by `MarkerScorer` and emits token 2
+    where the attended evidence is positive, 3 where it is negative (targets 0, 1: never)."""
+
+    input_kind = "translation"
+
+    def __init__(self, sharpness: float) -> None:
+        super().__init__()
+        self.embedding = PooledTokenModel(sharpness).embedding
+        self.scorer = MarkerScorer(sharpness)
+
+    def forward(
+        self,
+        src_ids: torch.Tensor,
+        src_mask: torch.Tensor,
+        tgt_in: torch.Tensor,
+        return_attention: bool = False,
+    ) -> ModelOutput:
+        from attnexp.modules.masking import masked_softmax
+
+        memory = self.embedding(src_ids)  # (B, S, D)
+        rows, steps = [], []
+        for _ in range(tgt_in.shape[1]):  # one call of the scorer per step, as a decoder
+            weights = masked_softmax(self.scorer(memory), src_mask)  # (B, S)
+            evidence = torch.einsum("bs,bs->b", weights, memory[..., 1])  # (B,)
+            low = torch.full_like(evidence, -10.0)
+            steps.append(torch.stack([low, low, evidence, -evidence], dim=1))  # (B, 4)
+            rows.append(weights)
+        attention = torch.stack(rows, dim=1) if return_attention else None  # (B, U, S)
+        return ModelOutput(torch.stack(steps, dim=1), attention)
+
+
+def marked_translations() -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """(batch, marked position): `marked_texts`' sources, each with a reference of three
+    tokens, all the one its marked token gives (2: positive evidence, 3: negative)."""
+    inputs, labels, marked = marked_texts()
+    target = torch.where(labels == 0, 2, 3)[:, None].expand(-1, 3)  # (B, 3)
+    batch = {
+        "src_ids": inputs["input_ids"],
+        "src_mask": inputs["mask"],
+        "tgt_in": torch.cat([torch.ones_like(target[:, :1]), target[:, :-1]], dim=1),
+        "tgt_out": target.clone(),
+        "tgt_mask": torch.ones_like(target, dtype=torch.bool),
+    }
+    return batch, marked

@@ -13,7 +13,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from attnexp.data.base import AttnDataModule
-from attnexp.errors import ConfigError, require_bool, require_positive, require_seed
+from attnexp.errors import ConfigError
 from attnexp.faithfulness import (
     Settings,
     Subject,
@@ -22,6 +22,8 @@ from attnexp.faithfulness import (
     summarise_columns,
 )
 from attnexp.faithfulness.subject import INPUT_KINDS
+from attnexp.faithfulness.translation import Translation, pairs_of
+from attnexp.faithfulness.translation_measures import explain_translation_batch
 from attnexp.files import write_atomically
 from attnexp.predictors import predictor_for
 from attnexp.runner.build import build
@@ -38,12 +40,13 @@ from attnexp.runner.load import (
 from attnexp.runner.predict import check_device, figure_folders, runs_to_compare
 from attnexp.runner.threads import set_threads
 from attnexp.runs.dirs import new_run_name, run_holding
+from attnexp.schema import EXPLAIN
 
 log = logging.getLogger(__name__)
 register_resolvers()
 
 EXPLAIN_FILE = "explain.json"
-SETTING_KEYS = ("n_examples", "batch_size", "ig_steps", "top_k", "permutations", "erasure_steps")
+TRANSLATION = "translation"
 
 
 class NoAttentionError(ConfigError):
@@ -53,11 +56,8 @@ class NoAttentionError(ConfigError):
 def check_explain_settings(cfg: DictConfig) -> None:
     """explain.yaml's own settings, before anything is loaded."""
     given_ckpt_path(cfg)
-    for key in SETTING_KEYS:
-        require_positive(f"explain.{key}", cfg.explain[key])
-    require_positive("explain.max_examples_shown", cfg.explain.max_examples_shown)
-    require_bool("explain.figures", cfg.explain.figures)
-    require_seed("explain.seed", cfg.explain.seed)
+    for key, rule in EXPLAIN.items():
+        rule.check(key, OmegaConf.select(cfg, key))
     check_device(cfg.device, "explain")
 
 
@@ -134,7 +134,7 @@ class LoadedRun:
     config: DictConfig
     choices: dict
     datamodule: AttnDataModule
-    subject: Subject
+    subject: Subject | Translation
 
 
 def load_explained(cfg: DictConfig, ckpt_path, overrides: list[str], out_dir: Path) -> LoadedRun:
@@ -148,17 +148,21 @@ def load_explained(cfg: DictConfig, ckpt_path, overrides: list[str], out_dir: Pa
         )
     with run_settings_hint("explain"):
         datamodule, task = build(run_cfg, choices, artifacts_dir=str(run_dir))
-    if datamodule.input_kind not in INPUT_KINDS:
+    if datamodule.input_kind not in (*INPUT_KINDS, TRANSLATION):
         raise NoAttentionError(
             f"model={choices.get('model')} reads {datamodule.input_kind} batches; explain "
-            f"measures the attention of classifiers ({', '.join(INPUT_KINDS)}), and translation "
-            f"models are not explained yet"
+            f"measures the attention of models of {', '.join(INPUT_KINDS)} or {TRANSLATION}"
         )
     # the kind of data the run tested on (local files, hub, embedded sample), as evaluate checks
     check_same_data(datamodule.source, read_run_record(run_dir), run_cfg, overrides)
     load_weights(task, ckpt)
     datamodule.setup("test")
-    subject = Subject(task.model.to(torch.device(cfg.device)), datamodule.input_kind)
+    model = task.model.to(torch.device(cfg.device))
+    subject = (
+        Translation(model)
+        if datamodule.input_kind == TRANSLATION
+        else Subject(model, datamodule.input_kind)
+    )
     return LoadedRun(run_dir, ckpt, run_cfg, choices, datamodule, subject)
 
 
@@ -209,33 +213,62 @@ def explain_set(
         run, loader, cfg.explain.n_examples, cfg.explain.batch_size, cfg.explain.seed, name
     )
     device = torch.device(cfg.device)
-    columns, views = [], []
+    columns, views, sentences = [], [], 0
     for number, batch in enumerate(batches):
         batch = {k: v.to(device) for k, v in batch.items()}
-        labels, item_labels = batch.pop("labels"), batch.pop("item_labels", None)
         if number == 0:
             check_attends(run, batch)
-        found, scores = explain_batch(run.subject, batch, labels, settings, generator, item_labels)
+        if isinstance(run.subject, Translation):
+            pairs = pairs_of(batch, cfg.explain.max_target_tokens)
+            found, scores = explain_translation_batch(run.subject, pairs, settings, generator)
+            batch = {**batch, "pairs": pairs, "labels": found["label"]}
+            found["sentence"] = found["sentence"] + sentences
+            sentences += len(batch["src_ids"])
+        else:
+            labels, item_labels = batch.pop("labels"), batch.pop("item_labels", None)
+            found, scores = explain_batch(
+                run.subject, batch, labels, settings, generator, item_labels
+            )
+            batch["labels"] = labels
         columns.append(found)
         if sum(len(v["labels"]) for v in views) < cfg.explain.max_examples_shown:
-            views.append({**batch, "labels": labels, "found": found, "scores": scores})
+            views.append({**batch, "found": found, "scores": scores})
     merged = concatenate(columns)
-    log.info("%s: %d examples explained", name, len(merged["correct"]))
+    log.info("%s: %d %s explained", name, len(merged["correct"]), unit_of(run))
+    summary = summarise_columns(merged)
+    if isinstance(run.subject, Translation):
+        summary["sentences"] = sentences
+        summary["unit"] = TRANSLATION_UNIT
     found = {
-        "summary": summarise_columns(merged),
+        "summary": summary,
         "examples": {k: without_nan(v.tolist()) for k, v in merged.items()},
     }
     return found, views
 
 
+TRANSLATION_UNIT = (
+    "one (sentence, target token) pair under teacher forcing on the reference: the step's "
+    "cross-attention row over the source against each source token's importance for the "
+    "log-probability of the reference token (erased: replaced by the padding token)"
+)
+
+
+def unit_of(run: LoadedRun) -> str:
+    return "(sentence, target token) pairs" if isinstance(run.subject, Translation) else "examples"
+
+
 def check_attends(run: LoadedRun, batch: dict[str, torch.Tensor]) -> None:
-    with torch.no_grad():
-        _, attention = run.subject.attention(batch)
-    if attention is None:
+    if isinstance(run.subject, Translation):
+        attends = bool(run.subject.attention_maps(pairs_of(batch, 1))[1])
+    else:
+        with torch.no_grad():
+            attends = run.subject.attention(batch)[1] is not None
+    if not attends:
         raise NoAttentionError(
             f"model={run.choices.get('model')} ({type(run.subject.model).__name__}) returns no "
             f"attention weights: there is nothing to explain (give ckpt_path=<a run of a model "
-            f"with attention: bag_attn, lstm_attn, lstm_mhsa, self_attn, transformer>)"
+            f"with attention: bag_attn, lstm_attn, lstm_mhsa, self_attn, transformer, seq2seq "
+            f"with a scorer, transformer_seq2seq>)"
         )
 
 
@@ -252,9 +285,10 @@ def sampled_batches(
     run: LoadedRun, loader, n_examples: int, batch_size: int, seed: int, name: str
 ) -> list[dict[str, torch.Tensor]]:
     """A fixed sample of `n_examples` of the test set (drawn by `seed`, kept in test-set order),
-    in batches of `batch_size`, each cut to its longest example."""
+    in batches of `batch_size`, each cut to its longest example (a translation's source and
+    target each to its own)."""
     batches = [run.datamodule.on_after_batch_transfer(batch, 0) for batch in loader]
-    total = sum(len(b["labels"]) for b in batches)
+    total = sum(len(b[size_key(b)]) for b in batches)
     if total == 0:
         raise ConfigError(
             f"{run.run_dir}: its {name} split holds no examples, so there is nothing to explain "
@@ -265,19 +299,31 @@ def sampled_batches(
     picked[picks] = True
     rows, start = [], 0
     for batch in batches:
-        size = len(batch["labels"])
+        size = len(batch[size_key(batch)])
         keep = picked[start : start + size]
         start += size
         if keep.any():
             rows.append({k: v[keep.to(v.device)] for k, v in batch.items()})
-    width = max(r["mask"].shape[1] for r in rows)
-    sample = {k: torch.cat([padded(r[k], width) for r in rows]) for k in rows[0]}
+    widths = {k: max(r[k].shape[1] if r[k].dim() > 1 else 0 for r in rows) for k in rows[0]}
+    sample = {k: torch.cat([padded(r[k], widths[k]) for r in rows]) for k in rows[0]}
     out = []
-    for first in range(0, len(sample["labels"]), batch_size):
+    for first in range(0, len(sample[size_key(sample)]), batch_size):
         chunk = {k: v[first : first + batch_size] for k, v in sample.items()}
-        length = int(chunk["mask"].sum(dim=1).max())
-        out.append({k: v[:, :length] if v.dim() > 1 else v for k, v in chunk.items()})
+        out.append({k: cut(k, v, chunk) for k, v in chunk.items()})
     return out
+
+
+def size_key(batch: dict) -> str:
+    """The key whose length is the batch's: a classifier's labels, a translation's sources."""
+    return "labels" if "labels" in batch else "src_ids"
+
+
+def cut(key: str, value: torch.Tensor, chunk: dict[str, torch.Tensor]) -> torch.Tensor:
+    """A per-position tensor cut to the longest example of its side (`src_*`, `tgt_*`: their
+    own mask; the rest: `mask`); (B,) as it is."""
+    side = key.split("_")[0]
+    mask = chunk[f"{side}_mask"] if f"{side}_mask" in chunk else chunk["mask"]
+    return value[:, : int(mask.sum(dim=1).max())] if value.dim() > 1 else value
 
 
 def without_nan(values: list) -> list:

@@ -33,71 +33,79 @@ def _spread(summary: dict) -> str:
 def set_markdown(name: str, summary: dict, plots: dict[str, str]) -> list[str]:
     """One test set's section: rank agreement, permutation and uniform weights, erasure, ground
     truth, with the plots (file names) under their tables."""
+    lines = [f"## {name}: {set_title(summary)}", ""]
+    if "unit" in summary:
+        lines += [f"The unit: {summary['unit']}.", ""]
+    lines += agreement_lines(summary, plots)
+    lines += replacement_lines(summary, plots)
+    lines += erasure_lines(summary, plots)
+    lines += truth_lines(summary)
+    return lines
+
+
+def set_title(summary: dict) -> str:
+    if "sentences" in summary:  # a translation run: pairs of (sentence, target token)
+        return (
+            f"{summary['sentences']} sentences, {summary['examples']} target tokens, "
+            f"teacher-forced token accuracy {summary['accuracy']:.4f}"
+        )
+    return f"{summary['examples']} examples, accuracy {summary['accuracy']:.4f}"
+
+
+def agreement_lines(summary: dict, plots: dict[str, str]) -> list[str]:
+    rows = [
+        [attention, NAMES.get(method, method), _spread(found["kendall_tau"]),
+         _num(found["kendall_tau"]["mean"]), _num(found["top_k_overlap"]["mean"]),
+         str(found["kendall_tau"]["n"])]
+        for attention, methods in summary["rank_agreement"].items()
+        for method, found in methods.items()
+    ]  # fmt: skip
+    header = ["attention", "against", "tau median [q1, q3]", "tau mean", "top-k overlap", "n"]
     lines = [
-        f"## {name}: {summary['examples']} examples, accuracy {summary['accuracy']:.4f}",
-        "",
         "### Rank agreement with the attention",
         "",
         "Kendall's tau-b over the real positions (median [quartiles]) and the top-k overlap "
         "(mean); 1 = the same order.",
         "",
+        markdown_table(header, rows),
+        "",
     ]
-    rows = []
-    for attention, methods in summary["rank_agreement"].items():
-        for method, found in methods.items():
-            rows.append(
-                [
-                    attention,
-                    NAMES.get(method, method),
-                    _spread(found["kendall_tau"]),
-                    _num(found["kendall_tau"]["mean"]),
-                    _num(found["top_k_overlap"]["mean"]),
-                    str(found["kendall_tau"]["n"]),
-                ]
-            )
-    header = ["attention", "against", "tau median [q1, q3]", "tau mean", "top-k overlap", "n"]
-    lines += [markdown_table(header, rows), ""]
-    lines += [f"![tau]({plots['tau']})", ""] if "tau" in plots else []
-    if "permutation" in summary:
-        perm, uniform = summary["permutation"], summary["uniform"]
-        lines += [
-            "### Permutation and uniform weights",
-            "",
-            markdown_table(
-                ["measure", "value"],
-                [
-                    [
-                        "median change of the predicted class's probability (median [q1, q3])",
-                        _spread(perm["median_change"]),
-                    ],
-                    [
-                        "share of shuffles that flip the decision (mean)",
-                        _num(perm["flip_share"]["mean"]),
-                    ],
-                    ["examples flipped by some shuffle", _num(perm["examples_ever_flipped"])],
-                    ["accuracy with uniform weights", _num(uniform["accuracy"], 4)],
-                    ["accuracy drop with uniform weights", _num(uniform["accuracy_drop"], 4)],
-                ],
-            ),  # fmt: skip
-            "",
-        ]
-        lines += [f"![permutation]({plots['permutation']})", ""] if "permutation" in plots else []
-    else:
-        lines += [
+    return lines + ([f"![tau]({plots['tau']})", ""] if "tau" in plots else [])
+
+
+def replacement_lines(summary: dict, plots: dict[str, str]) -> list[str]:
+    """Permutation and uniform weights, or why they were not measured."""
+    if "permutation" not in summary:
+        return [
             "Permutation and uniform weights: not measured (the model's weights come from more "
             "than one attention layer: no one place to replace them).",
             "",
         ]
+    perm, uniform = summary["permutation"], summary["uniform"]
     rows = [
-        [
-            NAMES.get(order, order),
-            _spread(found["fraction_to_flip"]),
-            _num(found["fraction_to_flip"]["mean"]),
-            _num(found["never_flipped"]),
-        ]
-        for order, found in summary["erasure"].items()
+        ["median change of the predicted class's (token's) probability (median [q1, q3])",
+         _spread(perm["median_change"])],
+        ["share of shuffles that flip the decision (mean)", _num(perm["flip_share"]["mean"])],
+        ["examples flipped by some shuffle", _num(perm["examples_ever_flipped"])],
+        ["accuracy with uniform weights", _num(uniform["accuracy"], 4)],
+        ["accuracy drop with uniform weights", _num(uniform["accuracy_drop"], 4)],
+    ]  # fmt: skip
+    lines = [
+        "### Permutation and uniform weights",
+        "",
+        markdown_table(["measure", "value"], rows),
+        "",
     ]
-    lines += [
+    return lines + ([f"![permutation]({plots['permutation']})", ""] if "permutation" in plots else [])
+
+
+def erasure_lines(summary: dict, plots: dict[str, str]) -> list[str]:
+    rows = [
+        [NAMES.get(order, order), _spread(found["fraction_to_flip"]),
+         _num(found["fraction_to_flip"]["mean"]), _num(found["never_flipped"])]
+        for order, found in summary["erasure"].items()
+    ]  # fmt: skip
+    lines = [
         "### Erasure",
         "",
         "The fraction of the positions erased, most important first, when the decision first "
@@ -106,22 +114,25 @@ def set_markdown(name: str, summary: dict, plots: dict[str, str]) -> list[str]:
         markdown_table(["order", "fraction median [q1, q3]", "mean", "never flipped"], rows),
         "",
     ]
-    lines += [f"![erasure]({plots['erasure']})", ""] if "erasure" in plots else []
-    if "ground_truth" in summary:
-        rows = [
-            [NAMES.get(k, k) if k != "random" else "random item (chance)", _num(v)]
-            for k, v in summary["ground_truth"].items()
-        ]
-        lines += [
-            "### Ground truth",
-            "",
-            "The share of bags whose top-ranked item is a digit equal to the label (the bag's "
-            "largest digit).",
-            "",
-            markdown_table(["ranking", "share"], rows),
-            "",
-        ]
-    return lines
+    return lines + ([f"![erasure]({plots['erasure']})", ""] if "erasure" in plots else [])
+
+
+def truth_lines(summary: dict) -> list[str]:
+    if "ground_truth" not in summary:
+        return []
+    rows = [
+        [NAMES.get(k, k) if k != "random" else "random item (chance)", _num(v)]
+        for k, v in summary["ground_truth"].items()
+    ]
+    return [
+        "### Ground truth",
+        "",
+        "The share of bags whose top-ranked item is a digit equal to the label (the bag's "
+        "largest digit).",
+        "",
+        markdown_table(["ranking", "share"], rows),
+        "",
+    ]
 
 
 def write_run_page(
@@ -180,6 +191,8 @@ def examples_section(
     shaded tokens in a page of their own."""
     if not views:
         return []
+    if "pairs" in views[0]:
+        return translation_examples(name, views, predictor, out_dir, limit)
     if "items" in views[0]:
         import matplotlib.pyplot as plt
 
@@ -227,6 +240,38 @@ def examples_section(
     examples = examples[:limit]
     file = f"{EXAMPLES_STEM}_{name}.html"
     save_examples_page(examples, f"attention beside integrated gradients ({name})", out_dir / file)
+    return [f"Examples, attention beside integrated gradients: [{file}]({file})", ""]
+
+
+def translation_examples(
+    name: str, views: list[dict], predictor: Any, out_dir: Path, limit: int
+) -> list[str]:
+    """The first `limit` (sentence, target token) pairs: the source shaded by the step's
+    attention and by integrated gradients, under the reference prefix and token."""
+    from attnexp.data.translation_text import display_tokens
+    from attnexp.viz.explain import save_examples_page
+
+    source, target = predictor.data.tokenizers["src"], predictor.data.tokenizers["tgt"]
+    examples = []
+    for batch in views:
+        pairs, found = batch["pairs"], batch["found"]
+        for i in range(len(pairs)):
+            n, step = int(pairs.src_mask[i].sum()), int(pairs.step[i])
+            prefix = display_tokens(target, pairs.tgt_in[i, 1 : step + 1].tolist())
+            said = display_tokens(target, [int(found["label"][i]), int(found["pred"][i])])
+            caption = (
+                f"sentence {int(found['sentence'][i])}, step {step}: after "
+                f"'{' '.join(prefix)}' the reference '{said[0]}', greedy '{said[1]}' "
+                f"(p={float(found['probability'][i]):.3f})"
+            )
+            shown = {
+                key: batch["scores"][key][i, :n].cpu()
+                for key in ("attention", "integrated_gradients")
+            }
+            examples.append((caption, display_tokens(source, pairs.src_ids[i, :n].tolist()), shown))
+    file = f"{EXAMPLES_STEM}_{name}.html"
+    title = f"the source under each target token's attention and integrated gradients ({name})"
+    save_examples_page(examples[:limit], title, out_dir / file)
     return [f"Examples, attention beside integrated gradients: [{file}]({file})", ""]
 
 
