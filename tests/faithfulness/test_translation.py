@@ -93,9 +93,11 @@ def test_a_transformer_is_read_per_layer_and_head_and_not_replaced():
     rows = torch.arange(len(pairs))
     assert torch.allclose(maps["attention"], own[rows, pairs.step], atol=1e-6)
     assert translation.attention_layer is None
-    with pytest.raises(ValueError, match="no single attention layer"):
-        with translation.weights_replaced(lambda w, m: w, pairs.src_mask):
-            pass
+    with (
+        pytest.raises(ValueError, match="no single attention layer"),
+        translation.weights_replaced(lambda w, m: w, pairs.src_mask),
+    ):
+        pass
     columns, _ = explain_translation_batch(
         translation, pairs, SETTINGS, torch.Generator().manual_seed(0)
     )

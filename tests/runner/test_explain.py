@@ -153,3 +153,60 @@ def test_a_transformer_matcher_is_read_raw_and_rolled_out(tmp_path, capsys):
     assert {"attention", "rollout"} <= set(summary["erasure"])
     assert "permutation" not in summary  # no pooling whose weights could be replaced
     assert "rollout" in (folder / "examples_test.html").read_text()
+
+
+def test_a_model_without_attention_is_refused_from_its_config_before_torch_loads(bag_runs):
+    result, imported = run_counting_imports(
+        ["-m", "attnexp.explain", f"ckpt_path={bag_runs / 'runs' / 'mlp' / 'checkpoints'}"],
+        bag_runs,
+    )
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "model=bag_mlp" in line and "no attention" in line
+    assert "torch" not in imported
+
+
+@pytest.fixture(scope="module")
+def translation_runs(tmp_path_factory) -> Path:
+    """tmp/runs/seq2seq (additive) and tmp/runs/transformer, on the embedded fra-eng sample."""
+    tmp = tmp_path_factory.mktemp("explain_translation")
+    (tmp / "data").mkdir()
+    tiny = ("data.source=sample", "data.val_sources=20", "data.test_sources=30",
+            "data.batch_size=16", "data.val_bleu_sources=4", "decode.max_len=8",
+            f"data.cache_dir={tmp}/cache", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
+            "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
+            "trainer.enable_progress_bar=false")  # fmt: skip
+    train(tmp, "seq2seq", "model=seq2seq", "model.embed_dim=8", "model.hidden_size=8", *tiny)
+    train(
+        tmp, "transformer", "model=transformer_seq2seq", "model.hidden_size=8", "model.heads=2",
+        "model.depth=2", "model.ffn_size=16", *tiny,
+    )  # fmt: skip
+    return tmp
+
+
+def test_translation_runs_are_explained_per_target_token(translation_runs, capsys):
+    rc, out, err = explain(
+        capsys, translation_runs, f"ckpt_path={translation_runs / 'runs'}",
+        "explain.n_examples=6", "explain.max_target_tokens=3",
+    )  # fmt: skip
+    assert rc == 0, err
+    folder = explain_dir(out)
+    assert "6 sentences" in out and "token accuracy" in out
+    found = json.loads((folder / "seq2seq" / "explain.json").read_text())
+    summary, pairs = found["sets"]["test"]["summary"], found["sets"]["test"]["examples"]
+    assert summary["sentences"] == 6 and "teacher forcing" in summary["unit"]
+    assert 6 <= summary["examples"] == len(pairs["step"]) <= 18
+    assert max(pairs["sentence"]) == 5 and max(pairs["step"]) >= 1
+    assert set(summary["rank_agreement"]) == {"attention"}
+    assert set(summary["rank_agreement"]["attention"]) == found_methods()
+    assert set(summary["erasure"]) == {"attention", *found_methods(), "random"}
+    assert 0 <= summary["permutation"]["flip_share"]["mean"] <= 1  # one attention: replaced
+    assert "accuracy_drop" in summary["uniform"]
+    page = (folder / "seq2seq" / "explain.md").read_text()
+    assert "teacher-forced token accuracy" in page and "The unit: one (sentence" in page
+    assert "the reference" in (folder / "seq2seq" / "examples_test.html").read_text()
+    stacked = json.loads((folder / "transformer" / "explain.json").read_text())
+    summary = stacked["sets"]["test"]["summary"]
+    assert {"attention", "head0", "head1", "layer1", "layer2"} == set(summary["rank_agreement"])
+    assert "permutation" not in summary  # a cross-attention per layer: none replaced
+    assert "[seq2seq](seq2seq/explain.md)" in (folder / "explain.md").read_text()

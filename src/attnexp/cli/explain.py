@@ -16,8 +16,8 @@ plots) and the examples (attention beside integrated gradients). A folder of run
 run in `<out_dir>/<run name>/`, and `explain.md` with one table comparing them (a run whose model
 has no attention is left out, with a warning).
 
-This module is the command line: `--help`, a key explain.yaml lacks, a missing path and a folder
-holding no run are answered before torch is imported.
+This module is the command line: `--help`, a key explain.yaml lacks, a missing path, a folder
+holding no run and a run of a model without attention are answered before torch is imported.
 """
 
 import importlib.util
@@ -25,13 +25,20 @@ import logging
 import sys
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from attnexp.cli.compose import answer_without_running, compose_command_cfg
 from attnexp.cli.overrides import quote_equals_values
 from attnexp.errors import ConfigError
 from attnexp.runner.config import register_resolvers
-from attnexp.runner.load import check_ckpt_exists
+from attnexp.runner.explain_page import (
+    NO_ATTENTION_OPTION,
+    NO_ATTENTION_TARGETS,
+    no_attention,
+)
+from attnexp.runner.load import check_ckpt_exists, load_choices, read_run_yaml
 from attnexp.runs.collect import read_records
-from attnexp.runs.dirs import run_holding
+from attnexp.runs.dirs import RUN_CONFIG, run_holding
 
 register_resolvers()
 
@@ -43,6 +50,21 @@ def check_holds_runs(path: Path) -> None:
             f"ckpt_path={path} is not a run dir and holds no run (no metrics.json or checkpoints/ "
             f"in it or below it): give a run dir, a .ckpt file, or a folder of runs"
         )
+
+
+def check_has_attention(path: Path) -> None:
+    """A run of a model without attention, told from its saved config (`model._target_`, or
+    `model.attention=none`); a folder of runs leaves such runs out as it meets them."""
+    run_dir = run_holding(path)
+    if run_dir is None or not (run_dir / RUN_CONFIG).is_file():
+        return
+    model = read_run_yaml(run_dir / RUN_CONFIG, OmegaConf.load).get("model") or {}
+    target = model.get("_target_")
+    key, off = NO_ATTENTION_OPTION
+    if target in NO_ATTENTION_TARGETS or model.get(key) == off:
+        chosen = load_choices(run_dir).get("model")
+        detail = f", model.{key}={off}" if model.get(key) == off else ""
+        raise ConfigError(no_attention(f"{chosen} ({str(target).rsplit('.', 1)[-1]}{detail})"))
 
 
 def check_captum() -> None:
@@ -61,6 +83,11 @@ def summary_lines(result: dict) -> list[str]:
         tau_median = tau.get("kendall_tau", {}).get("median")
         erase = s["erasure"].get("attention", {}).get("fraction_to_flip", {}).get("median")
         line = f"  {name}: {s['examples']} examples, accuracy {s['accuracy']:.4f}"
+        if "sentences" in s:  # a translation run: (sentence, target token) pairs
+            line = (
+                f"  {name}: {s['sentences']} sentences, {s['examples']} target tokens (teacher "
+                f"forced), token accuracy {s['accuracy']:.4f}"
+            )
         if tau_median is not None:
             line += f", tau(attention, IG) median {tau_median:.3f}"
         if erase is not None:
@@ -82,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = compose_command_cfg("explain", overrides)
         check_ckpt_exists(cfg)
         check_holds_runs(Path(str(cfg.ckpt_path)).expanduser())
+        check_has_attention(Path(str(cfg.ckpt_path)).expanduser())
         check_captum()
         from attnexp.runner.explain import explain  # torch and captum: not for --help or a typo
 

@@ -27,9 +27,7 @@ from attnexp.faithfulness.measures import (
 from attnexp.faithfulness.translation import Pairs, Translation, erased_sources
 
 
-def _attribute(
-    translation: Translation, pairs: Pairs, method: type, **options
-) -> torch.Tensor:
+def _attribute(translation: Translation, pairs: Pairs, method: type, **options) -> torch.Tensor:
     """(P, S): captum's layer `method` over the source embedding, toward the reference token's
     log-probability, summed over the features of each source token, zero on padding."""
     found = method(translation.reference_log_prob, translation.embedding)
@@ -115,9 +113,7 @@ def erasure(
     pred = translation.log_probs(pairs).argmax(dim=1)
     counts = erasure_counts(n, steps)  # (P, steps)
     wide = pairs.repeated(steps)  # (P * steps, ...)
-    drop = top_positions(
-        order.repeat_interleave(steps, dim=0), wide.src_mask, counts.reshape(-1)
-    )
+    drop = top_positions(order.repeat_interleave(steps, dim=0), wide.src_mask, counts.reshape(-1))
     source = erased_sources(wide, drop, translation.pad_id)
     decided = translation.log_probs(wide, source).argmax(dim=1).view(len(pairs), steps)
     flipped = ((decided != pred[:, None]) & (n[:, None] > 1)).cummax(dim=1).values
@@ -166,7 +162,9 @@ def explain_translation_batch(
         shuffles = permutation(translation, pairs, settings.permutations, generator)
         columns["permutation/median_change"] = shuffles["median_change"]
         columns["permutation/flip_share"] = shuffles["flip_share"]
-        columns["uniform/correct"] = (uniform_predictions(translation, pairs) == pairs.target).float()
+        columns["uniform/correct"] = (
+            uniform_predictions(translation, pairs) == pairs.target
+        ).float()
     orders = {"attention": maps["attention"]} | scores | {"random": random_order(mask, generator)}
     for name, order in orders.items():
         erased = erasure(translation, pairs, order, settings.erasure_steps)

@@ -29,7 +29,7 @@ from attnexp.predictors import predictor_for
 from attnexp.runner.build import build
 from attnexp.runner.config import register_resolvers
 from attnexp.runner.evaluate import check_same_data, run_overrides
-from attnexp.runner.explain_page import write_comparison, write_run_page
+from attnexp.runner.explain_page import no_attention, write_comparison, write_run_page
 from attnexp.runner.load import (
     given_ckpt_path,
     load_run,
@@ -216,20 +216,20 @@ def explain_set(
     columns, views, sentences = [], [], 0
     for number, batch in enumerate(batches):
         batch = {k: v.to(device) for k, v in batch.items()}
+        labels, item_labels = batch.pop("labels", None), batch.pop("item_labels", None)
         if number == 0:
             check_attends(run, batch)
         if isinstance(run.subject, Translation):
             pairs = pairs_of(batch, cfg.explain.max_target_tokens)
             found, scores = explain_translation_batch(run.subject, pairs, settings, generator)
-            batch = {**batch, "pairs": pairs, "labels": found["label"]}
+            batch, labels = {**batch, "pairs": pairs}, found["label"]
             found["sentence"] = found["sentence"] + sentences
             sentences += len(batch["src_ids"])
         else:
-            labels, item_labels = batch.pop("labels"), batch.pop("item_labels", None)
             found, scores = explain_batch(
                 run.subject, batch, labels, settings, generator, item_labels
             )
-            batch["labels"] = labels
+        batch["labels"] = labels
         columns.append(found)
         if sum(len(v["labels"]) for v in views) < cfg.explain.max_examples_shown:
             views.append({**batch, "found": found, "scores": scores})
@@ -265,10 +265,7 @@ def check_attends(run: LoadedRun, batch: dict[str, torch.Tensor]) -> None:
             attends = run.subject.attention(batch)[1] is not None
     if not attends:
         raise NoAttentionError(
-            f"model={run.choices.get('model')} ({type(run.subject.model).__name__}) returns no "
-            f"attention weights: there is nothing to explain (give ckpt_path=<a run of a model "
-            f"with attention: bag_attn, lstm_attn, lstm_mhsa, self_attn, transformer, seq2seq "
-            f"with a scorer, transformer_seq2seq>)"
+            no_attention(f"{run.choices.get('model')} ({type(run.subject.model).__name__})")
         )
 
 
@@ -321,9 +318,11 @@ def size_key(batch: dict) -> str:
 def cut(key: str, value: torch.Tensor, chunk: dict[str, torch.Tensor]) -> torch.Tensor:
     """A per-position tensor cut to the longest example of its side (`src_*`, `tgt_*`: their
     own mask; the rest: `mask`); (B,) as it is."""
+    if value.dim() < 2:
+        return value
     side = key.split("_")[0]
     mask = chunk[f"{side}_mask"] if f"{side}_mask" in chunk else chunk["mask"]
-    return value[:, : int(mask.sum(dim=1).max())] if value.dim() > 1 else value
+    return value[:, : int(mask.sum(dim=1).max())]
 
 
 def without_nan(values: list) -> list:

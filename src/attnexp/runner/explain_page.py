@@ -19,6 +19,24 @@ NAMES = {
 }
 
 
+# The models that return no attention, by the class their config builds (`model._target_`), and
+# the option that switches a model's attention off: a run of one is refused from its saved config.
+NO_ATTENTION_TARGETS = ("attnexp.models.bag.BagMLP", "attnexp.models.lstm.LSTMMean")
+NO_ATTENTION_OPTION = ("attention", "none")
+WITH_ATTENTION = (
+    "bag_attn, bag_maxpool, lstm_attn, lstm_mhsa, self_attn, transformer, seq2seq with a scorer, "
+    "transformer_seq2seq"
+)
+
+
+def no_attention(model: str) -> str:
+    """Why a run of `model` (its option, and its class) is not explained: one line."""
+    return (
+        f"model={model} returns no attention weights: there is nothing to explain (give "
+        f"ckpt_path=<a run of a model with attention: {WITH_ATTENTION}>)"
+    )
+
+
 def _num(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -96,7 +114,9 @@ def replacement_lines(summary: dict, plots: dict[str, str]) -> list[str]:
         markdown_table(["measure", "value"], rows),
         "",
     ]
-    return lines + ([f"![permutation]({plots['permutation']})", ""] if "permutation" in plots else [])
+    return lines + (
+        [f"![permutation]({plots['permutation']})", ""] if "permutation" in plots else []
+    )
 
 
 def erasure_lines(summary: dict, plots: dict[str, str]) -> list[str]:
