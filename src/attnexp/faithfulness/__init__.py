@@ -1,7 +1,8 @@
 """Does attention explain? Faithfulness measures of a trained classifier's attention: rank
 agreement with gradients, integrated gradients and leave-one-out; permutation, uniform weights
-and erasure; and, on bags, the ground truth. Plain torch over the model's forward (captum for
-the gradients): no Lightning, no Hydra."""
+and erasure; and, on bags, the ground truth. An encoder-decoder's cross-attention is measured per
+(sentence, target token) pair (`translation`, `translation_measures`). Plain torch over the
+model's forward (captum for the gradients): no Lightning, no Hydra."""
 
 from attnexp.faithfulness.attention import attention_maps, rollout
 from attnexp.faithfulness.explainer import (
