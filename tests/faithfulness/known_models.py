@@ -108,13 +108,7 @@ class MarkedTranslator(nn.Module):
         self.embedding = PooledTokenModel(sharpness).embedding
         self.scorer = MarkerScorer(sharpness)
 
-    def forward(
-        self,
-        src_ids: torch.Tensor,
-        src_mask: torch.Tensor,
-        tgt_in: torch.Tensor,
-        return_attention: bool = False,
-    ) -> ModelOutput:
+    def forward(self, src_ids, src_mask, tgt_in, return_attention=False) -> ModelOutput:
         from attnexp.modules.masking import masked_softmax
 
         memory = self.embedding(src_ids)  # (B, S, D)

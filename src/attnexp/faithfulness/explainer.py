@@ -86,17 +86,10 @@ def explain_batch(
         "probability": probs.gather(1, pred[:, None]).squeeze(1),
         "positions": ranked.sum(dim=1).float(),
     }
-    for name, weights in maps.items():
-        for method in METHODS:
-            columns[f"kendall_tau/{name}/{method}"] = kendall_tau(weights, scores[method], ranked)
-            columns[f"top_k_overlap/{name}/{method}"] = top_k_overlap(
-                weights, scores[method], ranked, settings.top_k
-            )
+    columns |= agreement_columns(maps, scores, ranked, settings.top_k)
     if subject.attention_layer is not None:
         shuffles = permutation(subject, inputs, settings.permutations, generator)
-        columns["permutation/median_change"] = shuffles["median_change"]
-        columns["permutation/flip_share"] = shuffles["flip_share"]
-        columns["uniform/correct"] = (uniform_predictions(subject, inputs) == labels).float()
+        columns |= replacement_columns(shuffles, uniform_predictions(subject, inputs), labels)
     orders = {name: maps[name] for name in MAIN_MAPS if name in maps}
     orders |= scores | {"random": random_order(mask, generator)}
     for name, order in orders.items():
@@ -111,6 +104,33 @@ def explain_batch(
                 ).float()
         columns["ground_truth/random"] = label_share(mask, item_labels, labels)
     return columns, {**maps, **scores}
+
+
+def agreement_columns(
+    maps: dict[str, torch.Tensor], scores: dict[str, torch.Tensor], ranked: torch.Tensor, k: int
+) -> dict[str, torch.Tensor]:
+    """Per attention map and method (`METHODS`): Kendall's tau and the top-k overlap of their
+    (B, T) importances over the `ranked` (B, T) positions, one value per example."""
+    columns = {}
+    for name, weights in maps.items():
+        for method in METHODS:
+            columns[f"kendall_tau/{name}/{method}"] = kendall_tau(weights, scores[method], ranked)
+            columns[f"top_k_overlap/{name}/{method}"] = top_k_overlap(
+                weights, scores[method], ranked, k
+            )
+    return columns
+
+
+def replacement_columns(
+    shuffles: dict[str, torch.Tensor], uniform_pred: torch.Tensor, labels: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """The permutation's per-example effects and whether the decision with uniform weights is
+    right."""
+    return {
+        "permutation/median_change": shuffles["median_change"],
+        "permutation/flip_share": shuffles["flip_share"],
+        "uniform/correct": (uniform_pred == labels).float(),
+    }
 
 
 def concatenate(batches: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

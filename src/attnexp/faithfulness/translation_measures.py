@@ -14,13 +14,11 @@ Shapes: P pairs, S source tokens, V target vocabulary.
 import torch
 from captum.attr import LayerGradientXActivation, LayerIntegratedGradients
 
-from attnexp.faithfulness.explainer import METHODS, Settings
+from attnexp.faithfulness.explainer import Settings, agreement_columns, replacement_columns
 from attnexp.faithfulness.measures import (
     erasure_counts,
-    kendall_tau,
     random_order,
     shuffled,
-    top_k_overlap,
     top_positions,
     uniform,
 )
@@ -152,19 +150,11 @@ def explain_translation_batch(
         "reference_log_prob": log_probs.gather(1, pairs.target[:, None]).squeeze(1),
         "positions": mask.sum(dim=1).float(),
     }
-    for name, weights in maps.items():
-        for method in METHODS:
-            columns[f"kendall_tau/{name}/{method}"] = kendall_tau(weights, scores[method], mask)
-            columns[f"top_k_overlap/{name}/{method}"] = top_k_overlap(
-                weights, scores[method], mask, settings.top_k
-            )
+    columns |= agreement_columns(maps, scores, mask, settings.top_k)
     if translation.attention_layer is not None:
         shuffles = permutation(translation, pairs, settings.permutations, generator)
-        columns["permutation/median_change"] = shuffles["median_change"]
-        columns["permutation/flip_share"] = shuffles["flip_share"]
-        columns["uniform/correct"] = (
-            uniform_predictions(translation, pairs) == pairs.target
-        ).float()
+        uniform_pred = uniform_predictions(translation, pairs)
+        columns |= replacement_columns(shuffles, uniform_pred, pairs.target)
     orders = {"attention": maps["attention"]} | scores | {"random": random_order(mask, generator)}
     for name, order in orders.items():
         erased = erasure(translation, pairs, order, settings.erasure_steps)
