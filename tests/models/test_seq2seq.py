@@ -44,7 +44,9 @@ def models():
             hidden_size=8,
         )
     )
-    built.append(TransformerSeq2Seq(V, V, max_len=16, hidden_size=8, depth=2, heads=2, ffn_size=16))
+    built.append(
+        TransformerSeq2Seq(V, V, max_len=16, hidden_size=8, num_layers=2, num_heads=2, ffn_size=16)
+    )
     return built
 
 

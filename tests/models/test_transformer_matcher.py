@@ -145,7 +145,7 @@ VARIANTS = [
         "experiment=lcqmc/ablation",
         "model.hidden_size=16",
         "model.ffn_size=32",
-        "model.depth=4",
+        "model.num_layers=4",
     ],
 ]
 

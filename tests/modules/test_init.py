@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from attnexp.errors import ConfigError
-from attnexp.modules import MultiHeadSelfAttention
+from attnexp.modules import MultiHeadAttention
 from attnexp.modules.init import init_linear_layers
 
 
@@ -24,7 +24,7 @@ def test_xavier_bounds_and_zero_biases():
 
 def test_fused_projections_are_initialised_part_by_part():
     torch.manual_seed(0)
-    attention = MultiHeadSelfAttention(64, 4)
+    attention = MultiHeadAttention(64, 4)
     init_linear_layers(attention, "xavier")
     part_bound = math.sqrt(6 / (64 + 64))  # each of q, k, v as a 64 -> 64 layer
     for part in attention.in_proj.weight.chunk(3):

@@ -3,7 +3,7 @@ import torch
 from torch import nn
 
 from attnexp.errors import ConfigError
-from attnexp.modules import MultiHeadSelfAttention, SimpleSelfAttention
+from attnexp.modules import MultiHeadAttention, SimpleSelfAttention
 from attnexp.modules.masking import lengths_to_mask
 
 B, T, E, NH = 2, 5, 8, 2
@@ -11,7 +11,7 @@ B, T, E, NH = 2, 5, 8, 2
 
 def pair(bias: bool = True):
     torch.manual_seed(0)
-    ours = MultiHeadSelfAttention(E, NH, bias=bias).eval()
+    ours = MultiHeadAttention(E, NH, bias=bias).eval()
     ref = nn.MultiheadAttention(E, NH, bias=bias, batch_first=True).eval()
     with torch.no_grad():  # same layout: in_proj (3E, E) = [W_q; W_k; W_v], then out_proj
         ref.in_proj_weight.copy_(ours.in_proj.weight)
@@ -118,7 +118,7 @@ def test_gradients_flow_and_bf16():
 def test_dropout_only_in_training(need_weights):
     """Both paths drop attention in training: the fused one (no weights) is the one training uses."""
     torch.manual_seed(0)
-    layer = MultiHeadSelfAttention(E, NH, dropout=0.5).eval()
+    layer = MultiHeadAttention(E, NH, dropout=0.5).eval()
     x = torch.randn(B, T, E)
     mask = lengths_to_mask(torch.tensor([3, 5]), T)
     evaluated = layer(x, mask, need_weights=need_weights)[0]
@@ -140,7 +140,7 @@ def test_dropout_only_in_training(need_weights):
 )
 def test_heads_must_divide_the_features(heads, message):
     with pytest.raises(ConfigError, match=message):
-        MultiHeadSelfAttention(8, heads)
+        MultiHeadAttention(8, heads)
 
 
 def test_simple_self_attention_ignores_padding():
@@ -185,7 +185,7 @@ def test_simple_self_attention_equals_its_formula_with_gradients(need_weights):
 
 @pytest.mark.parametrize("need_weights", [False, True])
 def test_simple_self_attention_all_padding_attends_over_all_positions(need_weights):
-    """As MultiHeadSelfAttention: defined, whichever path, not left to the kernel."""
+    """As MultiHeadAttention: defined, whichever path, not left to the kernel."""
     x = torch.randn(B, T, E)
     mask = torch.tensor([[False] * T, [True] * 3 + [False] * 2])
     out, weights = SimpleSelfAttention()(x, mask, need_weights)

@@ -2,6 +2,7 @@
 
 import inspect
 import logging
+import re
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -86,17 +87,45 @@ def check_config(
 
 
 def instantiate_checked(node: DictConfig, **kwargs):
-    """hydra's instantiate, but a ConfigError raised by the constructor reaches the user as is
-    (not wrapped in an InstantiationException that buries the message)."""
+    """hydra's instantiate, with the constructor's refusal said in the config's words: a
+    ConfigError as is, a ValueError that names the constructor's arguments (`num_heads=3 must
+    ...`) with their config keys and the keys to set (`model.num_heads=3 must ... (set
+    model.num_heads=...)`), a key the class does not take with the ones it does take. Hydra's
+    InstantiationException would bury each of them in its own message."""
     try:
         return instantiate(node, **kwargs)
     except InstantiationException as err:
-        if isinstance(err.__cause__, ConfigError):
-            raise err.__cause__ from None
-        unexpected = unexpected_argument(err.__cause__, node)
-        if unexpected is not None:
-            raise unexpected from None
+        cause = err.__cause__
+        if isinstance(cause, ConfigError):
+            raise cause from None
+        refusal = keyed_refusal(cause, node) or unexpected_argument(cause, node)
+        if refusal is not None:
+            raise refusal from None
         raise
+
+
+def _section(node: DictConfig) -> str:
+    """The config key of `node` (`model`, `scorer`)."""
+    return node._get_full_key(None) or "<section>"
+
+
+def keyed_refusal(cause: BaseException | None, node: DictConfig) -> ConfigError | None:
+    """A constructor's ValueError whose message names its arguments as `name=value`, with each
+    argument that is a key of `node` (or of a config inside it, as `model.scorer` is the
+    `scorer` group) written as its config key, and those keys as the fix. None when it names
+    none of them: then it is no setting's fault, and Hydra's traceback stands."""
+    if not isinstance(cause, ValueError) or isinstance(cause, ConfigError):
+        return None
+    keys = {}
+    for value in [*node.values(), node]:  # the node's own keys last: they win a shared name
+        if isinstance(value, DictConfig):
+            keys |= {str(k): f"{_section(value)}.{k}" for k in value if not str(k).startswith("_")}
+    named = list(dict.fromkeys(re.findall(r"(?<![\w.])(\w+)(?==)", str(cause))))
+    named = [keys[name] for name in named if name in keys]
+    if not named:
+        return None
+    message = re.sub(r"(?<![\w.])(\w+)(?==)", lambda m: keys.get(m[1], m[1]), str(cause))
+    return ConfigError(f"{message} (set {' or '.join(f'{key}=...' for key in named)})")
 
 
 def unexpected_argument(cause: BaseException | None, node: DictConfig) -> ConfigError | None:
@@ -115,7 +144,7 @@ def unexpected_argument(cause: BaseException | None, node: DictConfig) -> Config
     if not unknown:
         return None
     name = unknown[0]
-    section = node._get_full_key(None) or "<section>"
+    section = _section(node)
     takes = ", ".join(p for p in parameters if p != "self")
     return ConfigError(
         f"{section}.{name}: {target} takes no argument '{name}' (it takes: {takes}); a key added "
