@@ -4,7 +4,6 @@ import pytest
 import torch
 from torch import nn
 
-from attnexp.errors import ConfigError
 from attnexp.modules import MultiHeadAttention
 from attnexp.modules.init import init_linear_layers
 
@@ -39,6 +38,6 @@ def test_torch_scheme_leaves_layers_as_they_are():
     assert all(torch.equal(a, b) for a, b in zip(before, layer.parameters(), strict=True))
 
 
-def test_unknown_scheme_names_the_setting():
-    with pytest.raises(ConfigError, match=r"model.linear_init 'paddle'.*torch, xavier"):
+def test_unknown_scheme_names_the_argument():
+    with pytest.raises(ValueError, match=r"linear_init='paddle'.*torch, xavier"):
         init_linear_layers(nn.Linear(2, 2), "paddle")

@@ -3,7 +3,6 @@
 import torch
 from torch import nn
 
-
 # "torch": torch's defaults (Kaiming-uniform weights, uniform biases, both +-1/sqrt(fan_in)).
 # "xavier": Xavier-uniform weights and zero biases, the default of Paddle's (and Keras') dense layers.
 LINEAR_INITS = ("torch", "xavier")

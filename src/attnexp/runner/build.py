@@ -3,7 +3,7 @@
 import inspect
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from importlib import resources
 from pathlib import Path
 
@@ -98,7 +98,7 @@ def instantiate_checked(node: DictConfig, **kwargs):
         cause = err.__cause__
         if isinstance(cause, ConfigError):
             raise cause from None
-        refusal = keyed_refusal(cause, node) or unexpected_argument(cause, node)
+        refusal = keyed_refusal(cause, node, kwargs) or unexpected_argument(cause, node)
         if refusal is not None:
             raise refusal from None
         raise
@@ -109,14 +109,24 @@ def _section(node: DictConfig) -> str:
     return node._get_full_key(None) or "<section>"
 
 
-def keyed_refusal(cause: BaseException | None, node: DictConfig) -> ConfigError | None:
+def keyed_refusal(
+    cause: BaseException | None, node: DictConfig, runtime: Collection[str] = ()
+) -> ConfigError | None:
     """A constructor's ValueError whose message names its arguments as `name=value`, with each
     argument that is a key of `node` (or of a config inside it, as `model.scorer` is the
-    `scorer` group) written as its config key, and those keys as the fix. None when it names
-    none of them: then it is no setting's fault, and Hydra's traceback stands."""
+    `scorer` group), or one it may take (its signature's, less the `runtime` sizes passed), written
+    as its config key, and those keys as the fix. None when it names none of them: then it is
+    no setting's fault, and Hydra's traceback stands."""
     if not isinstance(cause, ValueError) or isinstance(cause, ConfigError):
         return None
-    keys = {}
+    section = _section(node)
+    try:
+        keys = {
+            p: f"{section}.{p}" for p in inspect.signature(get_object(node._target_)).parameters
+        }
+    except (ImportError, ValueError, TypeError):
+        keys = {}
+    keys = {name: key for name, key in keys.items() if name not in runtime}
     for value in [*node.values(), node]:  # the node's own keys last: they win a shared name
         if isinstance(value, DictConfig):
             keys |= {str(k): f"{_section(value)}.{k}" for k in value if not str(k).startswith("_")}
