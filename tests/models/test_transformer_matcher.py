@@ -180,3 +180,12 @@ def test_fast_dev_run(compose_cfg, tmp_path, overrides):
     trainer.fit(task, datamodule=datamodule)
     trainer.test(task, datamodule=datamodule, verbose=False)
     assert "test/acc" in trainer.callback_metrics
+
+
+def test_a_config_with_a_renamed_key_names_the_new_one():
+    """A run saved before the rename, or `+model.heads=`: the key's new name, not "takes no
+    argument"."""
+    sizes = {"vocab_size": 30, "max_seq_len": 16}
+    assert refusal(TransformerMatcher, runtime=sizes, heads=2).startswith(
+        "model.heads is now called model.num_heads (write model.num_heads for model.heads"
+    )

@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 from attnexp.data.base import AttnDataModule
 from attnexp.errors import ConfigError
 from attnexp.runs.dirs import override_key
+from attnexp.schema import Renamed, rule_for
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +156,12 @@ def unexpected_argument(cause: BaseException | None, node: DictConfig) -> Config
         return None
     name = unknown[0]
     section = _section(node)
+    renamed = rule_for(f"{section}.{name}")
+    if isinstance(renamed, Renamed):  # a run saved with the old name, or +model.heads=
+        return ConfigError(
+            f"{section}.{name} is now called {renamed.to} (write {renamed.to} for "
+            f"{section}.{name}, in a run's saved .hydra/config.yaml too)"
+        )
     takes = ", ".join(p for p in parameters if p != "self")
     return ConfigError(
         f"{section}.{name}: {target} takes no argument '{name}' (it takes: {takes}); a key added "
