@@ -110,6 +110,10 @@ def _section(node: DictConfig) -> str:
     return node._get_full_key(None) or "<section>"
 
 
+# An argument named in a constructor's message: `num_heads=3` (not `model.num_heads=3`).
+_ARGUMENT = re.compile(r"(?<![\w.])(\w+)(?==)")
+
+
 def keyed_refusal(
     cause: BaseException | None, node: DictConfig, runtime: Collection[str] = ()
 ) -> ConfigError | None:
@@ -120,22 +124,18 @@ def keyed_refusal(
     no setting's fault, and Hydra's traceback stands."""
     if not isinstance(cause, ValueError) or isinstance(cause, ConfigError):
         return None
-    section = _section(node)
     try:
-        keys = {
-            p: f"{section}.{p}" for p in inspect.signature(get_object(node._target_)).parameters
-        }
+        parameters = inspect.signature(get_object(node.get("_target_"))).parameters
     except (ImportError, ValueError, TypeError):
-        keys = {}
-    keys = {name: key for name, key in keys.items() if name not in runtime}
+        parameters = {}
+    keys = {p: f"{_section(node)}.{p}" for p in parameters if p not in runtime}
     for value in [*node.values(), node]:  # the node's own keys last: they win a shared name
         if isinstance(value, DictConfig):
             keys |= {str(k): f"{_section(value)}.{k}" for k in value if not str(k).startswith("_")}
-    named = list(dict.fromkeys(re.findall(r"(?<![\w.])(\w+)(?==)", str(cause))))
-    named = [keys[name] for name in named if name in keys]
+    named = [keys[name] for name in dict.fromkeys(_ARGUMENT.findall(str(cause))) if name in keys]
     if not named:
         return None
-    message = re.sub(r"(?<![\w.])(\w+)(?==)", lambda m: keys.get(m[1], m[1]), str(cause))
+    message = _ARGUMENT.sub(lambda m: keys.get(m[1], m[1]), str(cause))
     return ConfigError(f"{message} (set {' or '.join(f'{key}=...' for key in named)})")
 
 
