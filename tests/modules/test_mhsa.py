@@ -191,3 +191,23 @@ def test_simple_self_attention_all_padding_attends_over_all_positions(need_weigh
     )
     if need_weights:
         torch.testing.assert_close(weights[0].sum(-1), torch.ones(1, T))
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_separate_projections_compute_the_fused_self_attention(need_weights):
+    """`fused_qkv=False` (the decoder's layout) is the same attention: with in_proj = [q; kv]
+    the two layouts agree on self-attention."""
+    torch.manual_seed(0)
+    fused, separate = MultiHeadAttention(E, NH).eval(), MultiHeadAttention(E, NH, fused_qkv=False)
+    with torch.no_grad():
+        q, kv = fused.in_proj.weight.split([E, 2 * E])
+        separate.q_proj.weight.copy_(q), separate.kv_proj.weight.copy_(kv)
+        q, kv = fused.in_proj.bias.split([E, 2 * E])
+        separate.q_proj.bias.copy_(q), separate.kv_proj.bias.copy_(kv)
+        separate.out_proj.load_state_dict(fused.out_proj.state_dict())
+    x, mask = torch.randn(B, T, E), torch.ones(B, T, dtype=torch.bool)
+    mask[0, 3:] = False
+    a, wa = fused(x, mask, need_weights)
+    b, wb = separate.eval()(x, mask, need_weights, memory=x)
+    torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert (wa is None) == (wb is None) == (not need_weights)
