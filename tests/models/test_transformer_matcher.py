@@ -183,8 +183,8 @@ def test_fast_dev_run(compose_cfg, tmp_path, overrides):
 
 
 def test_a_config_with_a_renamed_key_names_the_new_one():
-    """A run saved before the rename, or `+model.heads=`: the key's new name, not "takes no
-    argument"."""
+    """A config with the old key (a saved run's, or `+model.heads=`): its new name, not "takes
+    no argument"."""
     sizes = {"vocab_size": 30, "max_seq_len": 16}
     assert refusal(TransformerMatcher, runtime=sizes, heads=2).startswith(
         "model.heads is now called model.num_heads (write model.num_heads for model.heads"
