@@ -193,9 +193,6 @@ class Renamed(Rule):
     def admits(self, value: object) -> bool:
         return False
 
-    def describe(self) -> str:
-        return f"set as {self.to}"
-
     def check(self, key: str, value: object, set_as: str | None = None) -> None:
         raise ConfigError(f"{key} is now called {self.to} (set {self.to}={value!r} instead)")
 
