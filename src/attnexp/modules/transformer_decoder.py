@@ -66,7 +66,7 @@ class TransformerDecoderBlock(nn.Module):
         self_mask = causal_mask(U, x.device)[None] & tgt_mask[:, None, :]  # (B, U, U)
         x, _ = self._sublayer(x, 0, lambda h: self.self_attn(h, self_mask))
         x, weights = self._sublayer(
-            x, 1, lambda h: self.cross_attn(h, src_mask, need_weights, memory=memory)
+            x, 1, lambda h: self.cross_attn(h, src_mask, memory=memory, need_weights=need_weights)
         )
         x, _ = self._sublayer(x, 2, lambda h: (self.feed_forward(h), None))
         return x, weights
