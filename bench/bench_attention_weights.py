@@ -6,13 +6,13 @@ predict, the validation probes and docs/analysis read each head's (B, nh, T, T) 
 the fused kernel (`F.scaled_dot_product_attention`) does not give. This times one forward pass
 (no gradients, as there) of the MHSA row's self-attention (width 256, 8 heads) on a batch of
 padded sequences, four ways:
-- `attnexp`: `MultiHeadSelfAttention(need_weights=True)`;
+- `attnexp`: `MultiHeadAttention(need_weights=True)`;
 - `torch`: `nn.MultiheadAttention(need_weights=True, average_attn_weights=False)` with the same
   weights (the plain PyTorch module);
 - `unfused`: the same maths with the scores scaled, masked and the padded rows zeroed in separate
   passes over (B, nh, T, T), as attnexp computed them before it folded the scale and
   the mask into one `baddbmm`;
-- `fused`: `MultiHeadSelfAttention(need_weights=False)`, the kernel training uses (no weights).
+- `fused`: `MultiHeadAttention(need_weights=False)`, the kernel training uses (no weights).
 All four must give the same outputs (checked first, in float32). The ways take turns within each
 round (`benchkit.taking_turns`); the medians over rounds are reported.
 `--device cuda --precision bf16-mixed` times them on a GPU under autocast.
@@ -25,12 +25,12 @@ import torch
 from torch import nn
 
 from attnexp.modules.masking import masked_softmax
-from attnexp.modules.mhsa import MultiHeadSelfAttention
+from attnexp.modules.mhsa import MultiHeadAttention
 
 WAYS = ("attnexp", "torch", "unfused", "fused")
 
 
-def unfused(layer: MultiHeadSelfAttention, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def unfused(layer: MultiHeadAttention, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The weights path as it was: q k^T, then / sqrt(hd), then masked_softmax (fill, softmax,
     zero the rows without a real key), each a pass over (B, nh, T, T)."""
     B, T, E = x.shape
@@ -40,7 +40,7 @@ def unfused(layer: MultiHeadSelfAttention, x: torch.Tensor, mask: torch.Tensor) 
     return layer.out_proj((weights @ v).transpose(1, 2).reshape(B, T, E))
 
 
-def forwards(layer: MultiHeadSelfAttention, reference: nn.MultiheadAttention) -> dict:
+def forwards(layer: MultiHeadAttention, reference: nn.MultiheadAttention) -> dict:
     """Each way's forward pass, (x, mask) -> output (B, T, E)."""
     return {
         "attnexp": lambda x, mask: layer(x, mask, need_weights=True)[0],
@@ -65,7 +65,7 @@ def main() -> None:
     args = parser.parse_args()
     benchkit.setup(args)
     torch.manual_seed(0)
-    layer = MultiHeadSelfAttention(args.width, args.heads).eval().to(args.device)
+    layer = MultiHeadAttention(args.width, args.heads).eval().to(args.device)
     reference = nn.MultiheadAttention(args.width, args.heads, batch_first=True)
     reference = reference.eval().to(args.device)
     reference.in_proj_weight.data.copy_(layer.in_proj.weight.data)

@@ -174,7 +174,7 @@ class LCQMC(Workload):
         dm = LCQMCDataModule(str(folder), train_split="dev", batch_size=32, cache_dir=None)
         dm.setup()
         self.kwargs = {
-            **dm.model_kwargs, "hidden_size": 256, "heads": 4, "ffn_size": 1024, "depth": 2,
+            **dm.model_kwargs, "hidden_size": 256, "num_heads": 4, "ffn_size": 1024, "num_layers": 2,
         }  # fmt: skip
         self.host_batches = list(dm.train_dataloader())
         self.scheduler = linear_warmup_decay

@@ -100,7 +100,9 @@ def main() -> None:
     dm.setup()
     loader = dm.train_dataloader()
     batches = [b for _, b in zip(range(args.batches + args.warmup), loader, strict=False)]
-    sizes = dict(hidden_size=args.hidden, heads=args.heads, ffn_size=args.ffn, depth=args.depth)
+    sizes = dict(
+        hidden_size=args.hidden, num_heads=args.heads, ffn_size=args.ffn, num_layers=args.depth
+    )
     kwargs = {**dm.model_kwargs, **sizes}
     variants = {
         "custom + SDPA": {"impl": "custom", "fused_attention": True},

@@ -51,8 +51,10 @@ def target_tokens(batch: dict) -> torch.Tensor:
 
 def make_model(dm: FraEngDataModule, args: argparse.Namespace, seed: int = 0) -> Seq2Seq:
     torch.manual_seed(seed)
+    sizes = dm.model_kwargs
     return Seq2Seq(
-        **dm.model_kwargs,
+        sizes["src_vocab_size"],
+        sizes["tgt_vocab_size"],
         scorer=partial(AdditiveScorer),
         cell=args.cell,
         embed_dim=args.hidden,

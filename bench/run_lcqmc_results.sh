@@ -18,6 +18,6 @@ run experiment=lcqmc/tuned
 run experiment=lcqmc/ablation
 run experiment=lcqmc/ablation model.impl=torch
 run experiment=lcqmc/ablation model.norm=pre
-run experiment=lcqmc/ablation model.depth=1
-run experiment=lcqmc/ablation model.depth=4
+run experiment=lcqmc/ablation model.num_layers=1
+run experiment=lcqmc/ablation model.num_layers=4
 echo "=== $(date +%T) done"

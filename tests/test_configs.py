@@ -384,7 +384,7 @@ def test_the_imdb_chapter_rows_set_the_chapters_settings(compose_cfg, row, model
     if model == "lstm_attn":
         assert cfg.model.query_init == "uniform"  # the chapter's U(-0.5, 0.5) query
     if model == "lstm_mhsa":
-        assert cfg.model.heads == 8 and 2 * cfg.model.hidden_size == 256  # 8 heads, 256 wide
+        assert cfg.model.num_heads == 8 and 2 * cfg.model.hidden_size == 256  # 8 heads, 256 wide
         assert cfg.model.attn_norm == "none"
     issue_split = compose_cfg(f"experiment=imdb/chapter_{row}", "data=imdb")
     assert (issue_split.data.val_from, issue_split.data.val_fraction) == ("train", 0.1)

@@ -15,7 +15,7 @@ from attnexp.errors import ConfigError
 from attnexp.runner.config import package_configs
 from attnexp.runner.settings import check_values
 from attnexp.runs.dirs import flat_config
-from attnexp.schema import DECLARED, Either, ListOf, Number, Rule, rule_for
+from attnexp.schema import DECLARED, Either, ListOf, Number, Renamed, Rule, rule_for
 
 CONF = Path(attnexp.conf.__file__).parent
 BAD = (0, -1, "x")
@@ -127,10 +127,29 @@ def test_every_numeric_key_refuses_zero_negative_and_words_unless_allowed(keys):
 
 
 def test_every_declaration_names_a_key_of_some_option(composed):
-    """A declared key that no option has (a renamed key) would check nothing."""
+    """A declared key that no option has (a renamed key not marked `Renamed`) would check
+    nothing; a renamed one is in no option, and its new name is declared."""
     every = composed[1]
-    dead = [p.pattern for p, _ in DECLARED if not any(p.fullmatch(k) for k in every)]
+    live = [(p, rule) for p, rule in DECLARED if not isinstance(rule, Renamed)]
+    dead = [p.pattern for p, _ in live if not any(p.fullmatch(k) for k in every)]
     assert not dead, dead
+    for pattern, rule in DECLARED:
+        if isinstance(rule, Renamed):
+            assert not any(pattern.fullmatch(k) for k in every), pattern.pattern
+            assert rule.to in every and rule_for(rule.to) is not None, rule.to
+
+
+@pytest.mark.parametrize(("old", "new"), [("heads", "num_heads"), ("depth", "num_layers")])
+def test_a_renamed_key_is_refused_with_its_new_name(keys, old, new):
+    """In a config (`+model.heads=`, a yaml of one's own) before torch; typed as a setting, Hydra
+    refuses it and the command line names the new key (tests/cli/test_overrides.py)."""
+    _, cfg = keys[f"model.{new}"]
+    bad = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    OmegaConf.update(bad, f"model.{old}", 2, force_add=True)
+    with pytest.raises(
+        ConfigError, match=rf"^model\.{old} is now called model\.{new} \(set model\.{new}=2"
+    ):
+        check_values(bad)
 
 
 def test_a_value_set_through_an_interpolation_names_the_key_that_set_it(keys):

@@ -18,13 +18,13 @@ import torch
 from omegaconf import OmegaConf
 
 from attnexp.modules.masking import masked_softmax
-from attnexp.modules.mhsa import MultiHeadSelfAttention
+from attnexp.modules.mhsa import MultiHeadAttention
 from attnexp.predictors import predictor_for
 from attnexp.runner.predict import load_predictor, texts_file_lines
 
 
 def row_scores(
-    attention: MultiHeadSelfAttention, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
+    attention: MultiHeadAttention, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
 ) -> torch.Tensor:
     """The scores (B, nh, T, T) of queries and keys projected by the first 2E rows of an in_proj
     `weight` and `bias`."""
@@ -56,7 +56,7 @@ def mhsa_scores(run: str, texts_file: str) -> dict:
     decode = {"beam_size": None, "n_best": 1}  # predict.yaml's: a classifier decodes nothing
     cfg = OmegaConf.create({"texts_file": texts_file, "overrides": [], "decode": decode})
     predictor = load_predictor(cfg, {}, texts_file_lines(cfg), run)
-    attention = next(m for m in predictor.model.modules() if isinstance(m, MultiHeadSelfAttention))
+    attention = next(m for m in predictor.model.modules() if isinstance(m, MultiHeadAttention))
     inputs = {}
     hook = attention.register_forward_hook(lambda _m, args, _out: inputs.update(x=args[0]))
     batch = predictor_for(predictor.datamodule).encode_raw(predictor.examples)

@@ -184,6 +184,19 @@ class ListOf(Rule):
         )
 
 
+@dataclass(frozen=True)
+class Renamed(Rule):
+    """A key that is now called `to` (a full key): refused with the new name, whatever its value."""
+
+    to: str = ""
+
+    def admits(self, value: object) -> bool:
+        return False
+
+    def check(self, key: str, value: object, set_as: str | None = None) -> None:
+        raise ConfigError(f"{key} is now called {self.to} (set {self.to}={value!r} instead)")
+
+
 # The rules the table below uses most.
 POSITIVE = Number(low=1)  # sizes and counts: 0 would build an empty layer or loop over nothing
 COUNT = Number(low=0)  # counts where 0 means none
@@ -251,9 +264,10 @@ SCHEMA: dict[str, dict[str, Rule]] = {
         "hidden_size": POSITIVE,
         "embed_dim": POSITIVE,
         "num_layers": POSITIVE,
-        "depth": POSITIVE,
-        "heads": POSITIVE,
+        "num_heads": POSITIVE,
         "ffn_size": POSITIVE,
+        "heads": Renamed(to="model.num_heads"),
+        "depth": Renamed(to="model.num_layers"),
         "max_seq_len": POSITIVE,
         "dropout": RATE,
         "embed_dropout": RATE,

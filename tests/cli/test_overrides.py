@@ -58,6 +58,15 @@ from attnexp.cli.overrides import quote_equals_values, unknown_keys
             ["experimnet=imdb/tuned"],
             "experimnet=imdb/tuned: the config has no key 'experimnet'; did",
         ),
+        # a renamed key: its new name, whatever the model
+        (
+            ["model=transformer", "model.heads=2"],
+            "model.heads=2: model.heads is now called model.num_heads (set model.num_heads=...)",
+        ),
+        (
+            ["model=bag_mlp", "model.depth=2"],
+            "model.depth=2: model.depth is now called model.num_layers (set model.num_layers=...)",
+        ),
         (
             ["model.backbone.depth=2"],
             "model.backbone.depth=2: model.backbone is a single setting, with no keys below it "

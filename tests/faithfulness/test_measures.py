@@ -16,7 +16,7 @@ from attnexp.faithfulness.measures import (
     uniform,
 )
 from attnexp.models.self_attention import SelfAttentionClassifier
-from attnexp.modules.mhsa import MultiHeadSelfAttention
+from attnexp.modules.mhsa import MultiHeadAttention
 from tests.faithfulness.known_models import (
     PooledBagModel,
     PooledTokenModel,
@@ -174,7 +174,7 @@ def test_self_attention_weights_replaced_by_themselves_change_nothing(attention)
     """The hook recomputes the layer as the layer does: the same weights give the same output,
     uniform ones another."""
     torch.manual_seed(0)
-    model = SelfAttentionClassifier(20, 2, heads=2, attention=attention, embed_dim=8)
+    model = SelfAttentionClassifier(20, 2, num_heads=2, attention=attention, embed_dim=8)
     ids = torch.tensor([[3, 5, 7, 9, 0, 0], [4, 6, 8, 10, 12, 14]])
     inputs = {"input_ids": ids, "mask": ids != 0}
     subject = Subject(model, "tokens")
@@ -189,5 +189,5 @@ def test_self_attention_weights_replaced_by_themselves_change_nothing(attention)
 
 
 def test_a_stacked_encoder_has_no_one_layer_to_replace():
-    model = torch.nn.Sequential(MultiHeadSelfAttention(8, 2), MultiHeadSelfAttention(8, 2))
+    model = torch.nn.Sequential(MultiHeadAttention(8, 2), MultiHeadAttention(8, 2))
     assert Subject(model, "tokens").attention_layer is None

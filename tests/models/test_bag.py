@@ -1,5 +1,6 @@
 import pytest
 import torch
+from config_refusals import refusal
 from hydra.utils import instantiate
 
 from attnexp.errors import ConfigError
@@ -91,13 +92,12 @@ def test_bag_mlp_pads_smaller_bags_and_rejects_larger():
 
 
 def test_errors():
-    with pytest.raises(
-        ConfigError, match=r"attention 'global' is not one of simple, context \(set model.attention"
-    ):
-        BagAttention(C, S, attention="global", scorer=AdditiveScorer)
-    with pytest.raises(ConfigError, match="needs a scorer"):
+    sizes = {"num_classes": C, "image_size": S}
+    assert refusal(BagAttention, runtime=sizes, attention="global") == (
+        "model.attention='global' is not one of simple, context (set model.attention=...)"
+    )
+    with pytest.raises(ValueError, match="attention=context needs a scorer"):
         BagAttention(C, S, attention="context", scorer=None)
-    with pytest.raises(
-        ConfigError, match=r"backbone 'resnet' is not one of mlp, conv \(set model.backbone"
-    ):
-        BagAttention(C, S, backbone="resnet", scorer=AdditiveScorer)
+    assert refusal(BagAttention, runtime=sizes, attention="simple", backbone="resnet") == (
+        "model.backbone='resnet' is not one of mlp, conv (set model.backbone=...)"
+    )

@@ -5,11 +5,13 @@ from functools import partial
 
 import pytest
 import torch
+from config_refusals import refusal
 
 from attnexp.errors import ConfigError
 from attnexp.models.seq2seq import RNNEncoder, Seq2Seq
 from attnexp.models.transformer_seq2seq import TransformerSeq2Seq
 from attnexp.modules.scorers import AdditiveScorer, BilinearScorer, DotScorer, ScaledDotScorer
+from attnexp.schema import rule_for
 
 V = 16
 SCORERS = [AdditiveScorer, BilinearScorer, DotScorer, ScaledDotScorer]
@@ -44,7 +46,9 @@ def models():
             hidden_size=8,
         )
     )
-    built.append(TransformerSeq2Seq(V, V, max_len=16, hidden_size=8, depth=2, heads=2, ffn_size=16))
+    built.append(
+        TransformerSeq2Seq(V, V, max_len=16, hidden_size=8, num_layers=2, num_heads=2, ffn_size=16)
+    )
     return built
 
 
@@ -162,14 +166,21 @@ def test_teacher_forcing_one_feeds_the_reference_and_zero_the_models_guess():
 
 
 @pytest.mark.parametrize(
-    "kwargs, key",
+    "kwargs, fix",
     [
-        ({"cell": "rnn"}, "model.cell"),
-        ({"attention": "luong"}, "model.attention"),
-        ({"bidirectional": True}, "model.bridge"),
-        ({"teacher_forcing": 1.5}, "model.teacher_forcing"),
+        ({"cell": "rnn"}, "(set model.cell=...)"),
+        ({"attention": "luong"}, "(set model.attention=...)"),
+        ({"bidirectional": True}, "(set model.bidirectional=... or model.bridge=...)"),
     ],
 )
-def test_bad_settings_name_the_key(kwargs, key):
-    with pytest.raises(ConfigError, match=key):
-        Seq2Seq(V, V, partial(AdditiveScorer), **kwargs)
+def test_bad_settings_name_the_key(kwargs, fix):
+    sizes = {"src_vocab_size": V, "tgt_vocab_size": V}
+    assert refusal(Seq2Seq, runtime=sizes, **{"attention": "none", **kwargs}).endswith(fix)
+
+
+def test_teacher_forcing_is_a_probability():
+    """The schema refuses it before torch (attnexp.schema)."""
+    with pytest.raises(
+        ConfigError, match=r"model.teacher_forcing=1.5 must be a number from 0 to 1"
+    ):
+        rule_for("model.teacher_forcing").check("model.teacher_forcing", 1.5)

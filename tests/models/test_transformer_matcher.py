@@ -1,13 +1,13 @@
 import pytest
 import pytorch_lightning as pl
 import torch
+from config_refusals import refusal
 from lcqmc_data import write_lcqmc
 
-from attnexp.errors import ConfigError
 from attnexp.models.transformer import TransformerMatcher, exact_match
 from attnexp.runner.build import build
 
-SMALL = {"vocab_size": 30, "hidden_size": 8, "heads": 2, "ffn_size": 16, "max_seq_len": 16}
+SMALL = {"vocab_size": 30, "hidden_size": 8, "num_heads": 2, "ffn_size": 16, "max_seq_len": 16}
 
 
 def pair_batch():
@@ -23,7 +23,7 @@ def pair_batch():
         {"impl": "torch"},
         {"norm": "pre"},
         {"position": "learned"},
-        {"depth": 1},
+        {"num_layers": 1},
         {"impl": "torch", "norm": "pre"},
         {"match_embedding": True, "unk_id": 1},
     ],
@@ -35,7 +35,7 @@ def test_shapes_attention_and_padding_invariance(options):
     output = model(ids, segments, mask, return_attention=True)
     logits, attention = output.logits, output.attention
     assert logits.shape == (2, 2)
-    assert len(attention) == options.get("depth", 2) and attention[0].shape == (2, 2, 7, 7)
+    assert len(attention) == options.get("num_layers", 2) and attention[0].shape == (2, 2, 7, 7)
     assert torch.all(attention[-1][1, :, :, 5:] == 0)  # padded keys get no weight
     changed = ids.clone()
     changed[1, 5:] = 17  # other content at the padded positions
@@ -79,7 +79,7 @@ def test_matcher_passes_unk_id_to_the_match_feature():
 
 
 def test_match_embedding_needs_the_unk_id():
-    with pytest.raises(ConfigError, match=r"model.match_embedding=true.*unk_id"):
+    with pytest.raises(ValueError, match=r"match_embedding=true needs unk_id"):
         TransformerMatcher(**SMALL, match_embedding=True)
     TransformerMatcher(**SMALL)  # no match feature: no [UNK] id needed
 
@@ -114,15 +114,22 @@ def test_custom_and_torch_have_the_same_parameter_count():
 
 
 def test_matcher_errors():
-    with pytest.raises(ConfigError, match="impl 'keras' is not one of custom, torch"):
-        TransformerMatcher(**SMALL, impl="keras")
-    for key in ("depth", "heads", "hidden_size", "ffn_size"):
-        with pytest.raises(ConfigError, match=rf"model.{key}=0 must be a positive integer"):
-            TransformerMatcher(**{**SMALL, key: 0})
-    # torch said "dropout probability has to be between 0 and 1" in the first training step
-    for key, value in (("dropout", 2), ("attention_dropout", -0.1), ("dropout", 1.0)):
-        with pytest.raises(ConfigError, match=rf"model.{key}={value} must be a rate from 0"):
-            TransformerMatcher(**SMALL, **{key: value})
+    """Sizes and rates are the schema's to refuse (tests/test_schema.py); the rest the model's,
+    said with the keys by the runner."""
+    sizes = {"vocab_size": 30, "max_seq_len": 16}
+    small = {k: v for k, v in SMALL.items() if k not in sizes}
+    assert refusal(TransformerMatcher, runtime=sizes, **small, impl="keras") == (
+        "model.impl='keras' is not one of custom, torch (set model.impl=...)"
+    )
+    assert refusal(
+        TransformerMatcher, runtime=sizes, **small, impl="torch", dropout=0.1, attention_dropout=0.2
+    ) == (
+        "model.impl='torch' has one dropout rate: model.attention_dropout=0.2 must equal "
+        "model.dropout=0.1 (or model.impl='custom') (set model.impl=... or "
+        "model.attention_dropout=... or model.dropout=...)"
+    )
+    message = refusal(TransformerMatcher, runtime=sizes, **small, match_embedding=True)
+    assert message.startswith("model.match_embedding=true needs unk_id")
 
 
 def test_the_pooled_cls_state_passes_through_model_dropout():
@@ -145,7 +152,7 @@ VARIANTS = [
         "experiment=lcqmc/ablation",
         "model.hidden_size=16",
         "model.ffn_size=32",
-        "model.depth=4",
+        "model.num_layers=4",
     ],
 ]
 
@@ -173,3 +180,12 @@ def test_fast_dev_run(compose_cfg, tmp_path, overrides):
     trainer.fit(task, datamodule=datamodule)
     trainer.test(task, datamodule=datamodule, verbose=False)
     assert "test/acc" in trainer.callback_metrics
+
+
+def test_a_config_with_a_renamed_key_names_the_new_one():
+    """A config with the old key (a saved run's, or `+model.heads=`): its new name, not "takes
+    no argument"."""
+    sizes = {"vocab_size": 30, "max_seq_len": 16}
+    assert refusal(TransformerMatcher, runtime=sizes, heads=2).startswith(
+        "model.heads is now called model.num_heads (write model.num_heads for model.heads"
+    )

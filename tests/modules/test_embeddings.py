@@ -61,7 +61,7 @@ def test_pair_embeddings_shapes_and_segments_matter(position):
 
 
 def test_pair_embeddings_errors():
-    with pytest.raises(ConfigError, match="position 'rope' is not one of sinusoidal, learned"):
+    with pytest.raises(ValueError, match="position='rope' is not one of sinusoidal, learned"):
         PairEmbeddings(20, 8, max_len=12, position="rope")
     emb = PairEmbeddings(20, 8, max_len=4)
     with pytest.raises(ConfigError, match="longer than the model's max_seq_len=4"):

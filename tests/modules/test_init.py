@@ -4,8 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from attnexp.errors import ConfigError
-from attnexp.modules import MultiHeadSelfAttention
+from attnexp.modules import MultiHeadAttention
 from attnexp.modules.init import init_linear_layers
 
 
@@ -24,7 +23,7 @@ def test_xavier_bounds_and_zero_biases():
 
 def test_fused_projections_are_initialised_part_by_part():
     torch.manual_seed(0)
-    attention = MultiHeadSelfAttention(64, 4)
+    attention = MultiHeadAttention(64, 4)
     init_linear_layers(attention, "xavier")
     part_bound = math.sqrt(6 / (64 + 64))  # each of q, k, v as a 64 -> 64 layer
     for part in attention.in_proj.weight.chunk(3):
@@ -39,6 +38,6 @@ def test_torch_scheme_leaves_layers_as_they_are():
     assert all(torch.equal(a, b) for a, b in zip(before, layer.parameters(), strict=True))
 
 
-def test_unknown_scheme_names_the_setting():
-    with pytest.raises(ConfigError, match=r"model.linear_init 'paddle'.*torch, xavier"):
+def test_unknown_scheme_names_the_argument():
+    with pytest.raises(ValueError, match=r"linear_init='paddle'.*torch, xavier"):
         init_linear_layers(nn.Linear(2, 2), "paddle")

@@ -2,8 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from attnexp.errors import ConfigError
-from attnexp.modules import MultiHeadSelfAttention, SimpleSelfAttention
+from attnexp.modules import MultiHeadAttention, SimpleSelfAttention
 from attnexp.modules.masking import lengths_to_mask
 
 B, T, E, NH = 2, 5, 8, 2
@@ -11,7 +10,7 @@ B, T, E, NH = 2, 5, 8, 2
 
 def pair(bias: bool = True):
     torch.manual_seed(0)
-    ours = MultiHeadSelfAttention(E, NH, bias=bias).eval()
+    ours = MultiHeadAttention(E, NH, bias=bias).eval()
     ref = nn.MultiheadAttention(E, NH, bias=bias, batch_first=True).eval()
     with torch.no_grad():  # same layout: in_proj (3E, E) = [W_q; W_k; W_v], then out_proj
         ref.in_proj_weight.copy_(ours.in_proj.weight)
@@ -118,7 +117,7 @@ def test_gradients_flow_and_bf16():
 def test_dropout_only_in_training(need_weights):
     """Both paths drop attention in training: the fused one (no weights) is the one training uses."""
     torch.manual_seed(0)
-    layer = MultiHeadSelfAttention(E, NH, dropout=0.5).eval()
+    layer = MultiHeadAttention(E, NH, dropout=0.5).eval()
     x = torch.randn(B, T, E)
     mask = lengths_to_mask(torch.tensor([3, 5]), T)
     evaluated = layer(x, mask, need_weights=need_weights)[0]
@@ -128,19 +127,17 @@ def test_dropout_only_in_training(need_weights):
     assert not torch.allclose(a, b) and not torch.allclose(a, evaluated)
 
 
-@pytest.mark.parametrize(
-    ("heads", "message"),
-    [
-        (
-            3,
-            r"feature size 8 is not divisible by model.heads=3 \(set model.heads to a divisor of 8",
-        ),
-        (0, r"model.heads=0 must be a positive integer"),
-    ],
-)
-def test_heads_must_divide_the_features(heads, message):
-    with pytest.raises(ConfigError, match=message):
-        MultiHeadSelfAttention(8, heads)
+@pytest.mark.parametrize("heads", [3, 0])
+def test_heads_must_divide_the_features(heads):
+    with pytest.raises(
+        ValueError, match=rf"num_heads={heads} must be a positive divisor of embed_dim=8"
+    ):
+        MultiHeadAttention(8, heads)
+
+
+def test_fused_projections_serve_self_attention_only():
+    with pytest.raises(ValueError, match="memory must be None"):
+        MultiHeadAttention(8, 2)(torch.randn(1, 3, 8), memory=torch.randn(1, 4, 8))
 
 
 def test_simple_self_attention_ignores_padding():
@@ -185,7 +182,7 @@ def test_simple_self_attention_equals_its_formula_with_gradients(need_weights):
 
 @pytest.mark.parametrize("need_weights", [False, True])
 def test_simple_self_attention_all_padding_attends_over_all_positions(need_weights):
-    """As MultiHeadSelfAttention: defined, whichever path, not left to the kernel."""
+    """As MultiHeadAttention: defined, whichever path, not left to the kernel."""
     x = torch.randn(B, T, E)
     mask = torch.tensor([[False] * T, [True] * 3 + [False] * 2])
     out, weights = SimpleSelfAttention()(x, mask, need_weights)
@@ -194,3 +191,23 @@ def test_simple_self_attention_all_padding_attends_over_all_positions(need_weigh
     )
     if need_weights:
         torch.testing.assert_close(weights[0].sum(-1), torch.ones(1, T))
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_separate_projections_compute_the_fused_self_attention(need_weights):
+    """`fused_qkv=False` (the decoder's layout) is the same attention: with in_proj = [q; kv]
+    the two layouts agree on self-attention."""
+    torch.manual_seed(0)
+    fused, separate = MultiHeadAttention(E, NH).eval(), MultiHeadAttention(E, NH, fused_qkv=False)
+    with torch.no_grad():
+        q, kv = fused.in_proj.weight.split([E, 2 * E])
+        separate.q_proj.weight.copy_(q), separate.kv_proj.weight.copy_(kv)
+        q, kv = fused.in_proj.bias.split([E, 2 * E])
+        separate.q_proj.bias.copy_(q), separate.kv_proj.bias.copy_(kv)
+        separate.out_proj.load_state_dict(fused.out_proj.state_dict())
+    x, mask = torch.randn(B, T, E), torch.ones(B, T, dtype=torch.bool)
+    mask[0, 3:] = False
+    a, wa = fused(x, mask, need_weights)
+    b, wb = separate.eval()(x, mask, need_weights, memory=x)
+    torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert (wa is None) == (wb is None) == (not need_weights)

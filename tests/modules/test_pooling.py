@@ -2,7 +2,6 @@ import pytest
 import torch
 from scorer_configs import pooling_params
 
-from attnexp.errors import ConfigError
 from attnexp.modules import AdditiveScorer, AttentionPooling, DotScorer
 from attnexp.modules.masking import lengths_to_mask
 
@@ -62,7 +61,7 @@ def test_accepts_a_built_scorer_and_learned_query_is_a_parameter():
 
 
 def test_errors():
-    with pytest.raises(ConfigError, match="query 'context' is not one of learned, mean, none"):
+    with pytest.raises(ValueError, match="query='context' is not one of learned, mean, none"):
         AttentionPooling(H, AdditiveScorer, query="context")
-    with pytest.raises(ConfigError, match="needs a query"):
+    with pytest.raises(ValueError, match="needs a query"):
         AttentionPooling(H, DotScorer, query="none")

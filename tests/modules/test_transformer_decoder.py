@@ -5,11 +5,8 @@ finite."""
 import torch
 
 from attnexp.modules.masking import masked_softmax
-from attnexp.modules.mhsa import attendable_keys, attention_weights
-from attnexp.modules.transformer_decoder import (
-    MultiHeadAttention,
-    TransformerDecoderBlock,
-)
+from attnexp.modules.mhsa import MultiHeadAttention, attendable_keys, attention_weights
+from attnexp.modules.transformer_decoder import TransformerDecoderBlock
 
 B, U, S, E, NH = 3, 5, 7, 16, 4
 SRC_MASK = torch.tensor([[True] * 7, [True] * 4 + [False] * 3, [True] * 2 + [False] * 5])
@@ -78,13 +75,13 @@ def test_a_step_sees_no_later_step():
 
 def test_an_empty_source_gives_a_finite_output_in_both_paths():
     torch.manual_seed(0)
-    attention = MultiHeadAttention(E, NH).eval()
+    attention = MultiHeadAttention(E, NH, fused_qkv=False).eval()
     query, memory = torch.randn(B, U, E), torch.randn(B, S, E)
     empty = SRC_MASK.clone()
     empty[2] = False
     with torch.no_grad():
-        fused, _ = attention(query, memory, empty)
-        explicit, weights = attention(query, memory, empty, need_weights=True)
+        fused, _ = attention(query, empty, memory=memory)
+        explicit, weights = attention(query, empty, need_weights=True, memory=memory)
     assert torch.isfinite(fused).all() and torch.isfinite(explicit).all()
     torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(weights[2].sum(-1), torch.ones(NH, U))

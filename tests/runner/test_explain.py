@@ -139,7 +139,7 @@ def test_a_folder_without_runs_is_refused_before_torch_loads(tmp_path):
 def test_a_transformer_matcher_is_read_raw_and_rolled_out(tmp_path, capsys):
     write_lcqmc(tmp_path / "data", {"dev": 40, "test": 8})
     run = train(
-        tmp_path, "pairs", "model=transformer", "model.heads=2", "model.hidden_size=16",
+        tmp_path, "pairs", "model=transformer", "model.num_heads=2", "model.hidden_size=16",
         "model.ffn_size=32", "data.train_split=dev", "data.max_seq_len=16", "data.batch_size=8",
         f"data.cache_dir={tmp_path}/cache", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
         "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",

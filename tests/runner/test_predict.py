@@ -32,7 +32,7 @@ SHORT_TRAINING = (
 def run_dir(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("predict")
     write_imdb(tmp / "data")
-    cfg = compose_train(tmp, "model=lstm_mhsa", "model.heads=2", *TINY_MODEL, *SHORT_TRAINING)
+    cfg = compose_train(tmp, "model=lstm_mhsa", "model.num_heads=2", *TINY_MODEL, *SHORT_TRAINING)
     train_in_process(cfg, tmp / "run")
     return tmp / "run"
 
@@ -60,7 +60,7 @@ def train_pair_run(tmp, *model) -> Path:
 @pytest.fixture(scope="module")
 def pair_run_dir(tmp_path_factory):
     return train_pair_run(
-        tmp_path_factory.mktemp("predict_pairs"), "model=transformer", "model.heads=2"
+        tmp_path_factory.mktemp("predict_pairs"), "model=transformer", "model.num_heads=2"
     )
 
 
@@ -498,7 +498,7 @@ def test_a_run_that_cannot_read_the_inputs_refuses_the_comparison(runs_folder, c
     output folder is left."""
     folder = tmp_path / "runs"
     shutil.copytree(runs_folder / "0_dot", folder / "0_dot")
-    pair = train_pair_run(tmp_path / "pair", "model=transformer", "model.heads=2")
+    pair = train_pair_run(tmp_path / "pair", "model=transformer", "model.num_heads=2")
     shutil.copytree(pair, folder / "1_pairs")
     out = tmp_path / "out"
     rc, _, err = predict(capsys, f"ckpt_path={folder}", "text=a great film", f"out_dir={out}")

@@ -1439,9 +1439,10 @@ def test_unknown_options_and_keys(compose_cfg, overrides, error, match):
             ["model=bag_attn", "data=imdb"],
             r"model=bag_attn reads 'bags' batches but data=imdb provides",
         ),
-        (["model.backbone=resnet"], r"backbone 'resnet' is not one of mlp, conv"),
-        (["model.hidden_size=0"], r"model.hidden_size=0 must be a positive integer"),
-        (["scorer.attn_dim=0"], r"scorer.attn_dim=0 must be a positive integer"),
+        (
+            ["model.backbone=resnet"],
+            r"^model.backbone='resnet' is not one of mlp, conv \(set model.backbone=\.\.\.\)$",
+        ),
         (
             ["model.attention=simple", "scorer=dot"],
             r"model.attention=simple scores each item on its own, so scorer=dot has no effect",
@@ -1475,6 +1476,9 @@ def test_config_errors(compose_cfg, overrides, match):
         # declared in attnexp.schema: said as its range, by the command line and here alike
         ("trainer.devices=0", r"^trainer.devices=0 must be a whole number >= 1 or "),
         ("trainer.limit_val_batches=-1", r"^trainer.limit_val_batches=-1 must be a whole number"),
+        # sizes of the model and its scorer: the schema's, not the constructors'
+        ("model.hidden_size=0", r"^model.hidden_size=0 must be a whole number >= 1"),
+        ("scorer.attn_dim=0", r"^scorer.attn_dim=0 must be a whole number >= 1"),
         (
             "trainer.strategy=foo",
             r"^train: Lightning refuses a trainer.\* setting: .*foo",

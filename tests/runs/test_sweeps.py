@@ -331,7 +331,7 @@ def test_lcqmc_table_is_a_grid_over_impl_and_depth(compose_cfg):
     cfg = compose_cfg("experiment=lcqmc/table")
     assert get_class(cfg.model._target_).__name__ == "TransformerMatcher"
     params = cfg.hydra.sweeper.params
-    assert params["model.impl"] == "custom,torch" and params["model.depth"] == "1,2"
+    assert params["model.impl"] == "custom,torch" and params["model.num_layers"] == "1,2"
 
 
 def test_failed_jobs_callback_counts_each_unfinished_record_once(tmp_path, monkeypatch):

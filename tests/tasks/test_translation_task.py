@@ -30,10 +30,10 @@ VARIANTS = [
         "seq2seq",
         "model.cell=lstm model.bidirectional=true model.bridge=true model.input_feeding=true model.tie_embeddings=true model.embed_dim=8",
     ),
-    ("transformer_seq2seq", "model.heads=2 model.ffn_size=16 model.norm=post"),
+    ("transformer_seq2seq", "model.num_heads=2 model.ffn_size=16 model.norm=post"),
     (
         "transformer_seq2seq",
-        "model.heads=2 model.ffn_size=16 data.tokenizer=bpe data.vocab_size=80",
+        "model.num_heads=2 model.ffn_size=16 data.tokenizer=bpe data.vocab_size=80",
     ),
 ]
 

@@ -21,6 +21,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from attnexp.runner.config import package_configs
+from attnexp.schema import Renamed, rule_for
 
 
 def _sets_a_key(override: Override, groups: Container[str]) -> bool:
@@ -60,6 +61,9 @@ def _explain(cfg: DictConfig, override: Override, options: dict[str, list[str]])
     """Why `cfg` has no place for the override's key, walking it as Hydra does (not through
     interpolations); None where there is nothing better to say than Hydra's message."""
     line, parts = override.input_line, override.key_or_group.split(".")
+    renamed = rule_for(override.key_or_group)
+    if isinstance(renamed, Renamed):
+        return f"{line}: {override.key_or_group} is now called {renamed.to} (set {renamed.to}=...)"
     node: object = cfg
     for depth, part in enumerate(parts):
         parent = ".".join(parts[:depth])

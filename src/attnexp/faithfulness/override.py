@@ -13,7 +13,7 @@ from torch import nn
 
 from attnexp.modules import AttentionPooling
 from attnexp.modules.mhsa import (
-    MultiHeadSelfAttention,
+    MultiHeadAttention,
     SimpleSelfAttention,
     attendable_keys,
     attention_weights,
@@ -21,7 +21,7 @@ from attnexp.modules.mhsa import (
 
 # weights (N, T), mask (N, T) True on the positions they may fall on -> the weights used (N, T)
 WeightOverride = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-LAYERS = (AttentionPooling, MultiHeadSelfAttention, SimpleSelfAttention)
+LAYERS = (AttentionPooling, MultiHeadAttention, SimpleSelfAttention)
 
 
 def replaceable_layer(model: nn.Module) -> nn.Module | None:
@@ -39,13 +39,13 @@ def _pooled(layer, args, kwargs, output, override: WeightOverride):
 
 
 def _self_attended(layer, args, kwargs, output, override: WeightOverride):
-    """The layer's forward again (as `MultiHeadSelfAttention` / `SimpleSelfAttention` compute
+    """The layer's forward again (as `MultiHeadAttention` / `SimpleSelfAttention` compute
     it, without dropout), each query's row of weights replaced."""
     x = args[0]  # (B, T, E)
     mask = args[1] if len(args) > 1 else kwargs.get("mask")
     B, T, E = x.shape
     key_mask = attendable_keys(mask)  # (B, 1, 1, T)
-    if isinstance(layer, MultiHeadSelfAttention):
+    if isinstance(layer, MultiHeadAttention):
         q, k, v = layer.in_proj(x).split(E, dim=-1)  # 3 x (B, T, E)
         q, k, v = (t.view(B, T, layer.num_heads, -1).transpose(1, 2) for t in (q, k, v))
         weights = attention_weights(q, k, key_mask)  # (B, nh, T, T)
@@ -56,7 +56,7 @@ def _self_attended(layer, args, kwargs, output, override: WeightOverride):
     rows = key_mask.expand(B, nh, T, T).reshape(-1, T)  # (B * nh * T, T)
     weights = override(weights.reshape(-1, T), rows).view(B, nh, T, T)
     out = weights @ v  # (B, nh, T, hd)
-    if isinstance(layer, MultiHeadSelfAttention):
+    if isinstance(layer, MultiHeadAttention):
         return layer.out_proj(out.transpose(1, 2).reshape(B, T, E)), weights
     return out.squeeze(1), weights
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from attnexp.errors import ConfigError, require_positive
+from attnexp.errors import ConfigError
 from attnexp.models.output import ModelOutput
 from attnexp.modules import AttentionPooling, Scorer, SimpleScorer
 
@@ -41,9 +41,7 @@ def item_backbone(kind: str, image_size: int, channels: int, hidden_size: int) -
             nn.Linear(64 * reduced * reduced, hidden_size),
             nn.LeakyReLU(),
         )
-    raise ConfigError(
-        f"backbone '{kind}' is not one of {', '.join(BACKBONES)} (set model.backbone=...)"
-    )
+    raise ValueError(f"backbone='{kind}' is not one of {', '.join(BACKBONES)}")
 
 
 def classifier_head(hidden_size: int, num_classes: int, pooled_norm: bool) -> nn.Module:
@@ -72,7 +70,6 @@ class BagMLP(nn.Module):
         hidden_size: int = 256,
     ) -> None:
         super().__init__()
-        require_positive("model.hidden_size", hidden_size)
         self.max_bag_size = bag_size
         self.net = nn.Sequential(
             nn.Flatten(),
@@ -132,16 +129,11 @@ class BagAttention(nn.Module):
         pooled_norm: bool = False,
     ) -> None:
         super().__init__()
-        require_positive("model.hidden_size", hidden_size)
         if attention not in ATTENTIONS:
-            raise ConfigError(
-                f"attention '{attention}' is not one of {', '.join(ATTENTIONS)} (set model.attention=...)"
-            )
+            raise ValueError(f"attention='{attention}' is not one of {', '.join(ATTENTIONS)}")
         if attention == "context" and scorer is None:
-            # No list of names here: the runner refuses this first, listing conf/scorer/.
-            raise ConfigError(
-                "model.attention=context needs a scorer (set scorer=additive|dot|...)"
-            )
+            # The runner refuses this first, listing conf/scorer/ (runner/build.check_config).
+            raise ValueError("attention=context needs a scorer")
         self.backbone = item_backbone(backbone, image_size, channels, hidden_size)
         if attention == "simple":
             self.pool = AttentionPooling(hidden_size, SimpleScorer(hidden_size), query="none")

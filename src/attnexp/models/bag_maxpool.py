@@ -12,7 +12,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnexp.errors import require_positive
 from attnexp.models.bag import classifier_head, item_backbone
 from attnexp.models.output import ModelOutput
 from attnexp.modules.masking import masked_max
@@ -43,7 +42,6 @@ class BagMaxPool(nn.Module):
         pooled_norm: bool = False,
     ) -> None:
         super().__init__()
-        require_positive("model.hidden_size", hidden_size)
         self.backbone = item_backbone(backbone, image_size, channels, hidden_size)
         self.head = classifier_head(hidden_size, num_classes, pooled_norm)
 

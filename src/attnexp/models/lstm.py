@@ -10,12 +10,11 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from attnexp.errors import ConfigError, require_probability
 from attnexp.models.output import ModelOutput
-from attnexp.modules import AttentionPooling, MultiHeadSelfAttention, Scorer, masked_mean
+from attnexp.modules import AttentionPooling, MultiHeadAttention, Scorer, masked_mean
 from attnexp.modules.init import init_linear_layers
 from attnexp.modules.lstm import LSTMEncoder
-from attnexp.modules.mhsa import SimpleSelfAttention, check_heads
+from attnexp.modules.mhsa import SimpleSelfAttention
 
 SELF_ATTENTIONS = ("mhsa", "simple")
 ATTN_NORMS = ("none", "layer")
@@ -33,8 +32,6 @@ def text_encoder(
     embed_init: str,
 ) -> LSTMEncoder:
     """The BiLSTM encoder every model here starts with (`embed_init`: see LSTMEncoder)."""
-    require_probability("model.dropout", dropout)
-    require_probability("model.embed_dropout", embed_dropout)
     return LSTMEncoder(
         vocab_size,
         embed_dim,
@@ -49,28 +46,22 @@ def text_encoder(
 
 
 def self_attention_layer(
-    kind: str, width: int, heads: int, attn_dropout: float, width_key: str
+    kind: str, features: int, num_heads: int, attn_dropout: float, sized_by: str
 ) -> nn.Module:
-    """ "mhsa" (multi-head, learned projections) or "simple" (softmax(X X^T) X, no parameters);
-    `width_key` is the setting that sizes the features (named when heads do not divide it)."""
-    require_probability("model.attn_dropout", attn_dropout)
+    """ "mhsa" (multi-head, learned projections) or "simple" (softmax(X X^T) X, no parameters)
+    over `features` features; `sized_by` says which argument sets them (`embed_dim=128`)."""
     if kind not in SELF_ATTENTIONS:
-        raise ConfigError(
-            f"model.attention '{kind}' is not one of {', '.join(SELF_ATTENTIONS)} "
-            f"(set model.attention=...)"
-        )
+        raise ValueError(f"attention='{kind}' is not one of {', '.join(SELF_ATTENTIONS)}")
     if kind == "simple":
         return SimpleSelfAttention()
-    check_heads(width, heads, width_key)
-    return MultiHeadSelfAttention(width, heads, dropout=attn_dropout)
+    if features % num_heads:
+        raise ValueError(f"num_heads={num_heads} must divide the {features} features ({sized_by})")
+    return MultiHeadAttention(features, num_heads, dropout=attn_dropout)
 
 
 def attention_norm(kind: str, width: int) -> nn.Module:
     if kind not in ATTN_NORMS:
-        raise ConfigError(
-            f"model.attn_norm '{kind}' is not one of {', '.join(ATTN_NORMS)} "
-            f"(set model.attn_norm=...)"
-        )
+        raise ValueError(f"attn_norm='{kind}' is not one of {', '.join(ATTN_NORMS)}")
     return nn.LayerNorm(width) if kind == "layer" else nn.Identity()
 
 
@@ -143,8 +134,8 @@ class LSTMAttention(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.head = nn.Linear(self.encoder.output_dim, num_classes)
         if scorer is None:
-            # No list of names here: the runner refuses this first, listing conf/scorer/.
-            raise ConfigError("lstm_attn needs a scorer (set scorer=additive|dot|...)")
+            # The runner refuses this first, listing conf/scorer/ (runner/build.check_config).
+            raise ValueError("LSTMAttention needs a scorer")
         self.attention = AttentionPooling(
             self.encoder.output_dim, scorer, query="learned", query_init=query_init
         )
@@ -164,7 +155,7 @@ class LSTMSelfAttention(nn.Module):
     """BiLSTM -> self-attention -> masked mean -> linear.
 
     Args:
-        heads: attention heads; 2 * hidden_size must be divisible by it.
+        num_heads: attention heads; 2 * hidden_size must be divisible by it.
         attention: "mhsa" (multi-head, learned projections) or "simple" (softmax(X X^T) X).
         attn_norm: "layer": a LayerNorm on the features before the self-attention (the scores are
             products of two projected features, so small BiLSTM states give near-uniform
@@ -178,7 +169,7 @@ class LSTMSelfAttention(nn.Module):
         self,
         vocab_size: int,
         num_classes: int,
-        heads: int = 8,
+        num_heads: int = 8,
         attention: str = "mhsa",
         attn_norm: str = "none",
         embed_dim: int = 128,
@@ -202,7 +193,7 @@ class LSTMSelfAttention(nn.Module):
         self.head = nn.Linear(width, num_classes)
         self.attn_norm = attention_norm(attn_norm, width)
         self.self_attention = self_attention_layer(
-            attention, width, heads, attn_dropout, "model.hidden_size"
+            attention, width, num_heads, attn_dropout, f"2 * hidden_size={hidden_size}"
         )
         init_linear_layers(self, linear_init)
 

@@ -8,7 +8,6 @@ tokens.
 import torch
 from torch import nn
 
-from attnexp.errors import ConfigError, require_positive, require_probability
 from attnexp.models.lstm import attention_norm, self_attention_layer
 from attnexp.models.output import ModelOutput
 from attnexp.modules import masked_mean
@@ -18,8 +17,8 @@ from attnexp.modules.init import init_linear_layers
 
 class SelfAttentionClassifier(nn.Module):
     """Args:
-    heads / attention / attn_norm / attn_dropout: as `LSTMSelfAttention`'s; embed_dim must be
-        divisible by heads.
+    num_heads / attention / attn_norm / attn_dropout: as `LSTMSelfAttention`'s; embed_dim must
+        be divisible by num_heads.
     max_seq_len: longest input (the positional table's size), from the DataModule.
     embed_init: "normal" (torch's N(0, 1)). Xavier's small embeddings would drown under the
         added positions (std ~0.7), so it is refused.
@@ -31,7 +30,7 @@ class SelfAttentionClassifier(nn.Module):
         self,
         vocab_size: int,
         num_classes: int,
-        heads: int = 8,
+        num_heads: int = 8,
         attention: str = "mhsa",
         attn_norm: str = "none",
         embed_dim: int = 128,
@@ -44,15 +43,11 @@ class SelfAttentionClassifier(nn.Module):
         max_seq_len: int = 512,
     ) -> None:
         super().__init__()
-        require_positive("model.embed_dim", embed_dim)
-        require_probability("model.dropout", dropout)
-        require_probability("model.embed_dropout", embed_dropout)
         if embed_init != "normal":
             std = (2 / (vocab_size + embed_dim)) ** 0.5
-            raise ConfigError(
-                f"model.embed_init={embed_init}: this model adds sinusoidal positions (std ~0.7) "
-                f"to the embeddings, and xavier starts these at std {std:.3f}: the positions "
-                f"would drown the words (set model.embed_init=normal)"
+            raise ValueError(
+                f"embed_init={embed_init} must be normal: sinusoidal positions (std ~0.7) would "
+                f"drown embeddings started at std {std:.3f}"
             )
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
         self.embed_dropout = nn.Dropout(embed_dropout)
@@ -61,7 +56,7 @@ class SelfAttentionClassifier(nn.Module):
         self.head = nn.Linear(embed_dim, num_classes)
         self.attn_norm = attention_norm(attn_norm, embed_dim)
         self.self_attention = self_attention_layer(
-            attention, embed_dim, heads, attn_dropout, "model.embed_dim"
+            attention, embed_dim, num_heads, attn_dropout, f"embed_dim={embed_dim}"
         )
         init_linear_layers(self, linear_init)
 

@@ -16,7 +16,6 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from attnexp.errors import ConfigError, require_positive, require_probability
 from attnexp.models.output import ModelOutput
 from attnexp.modules.masking import masked_softmax
 from attnexp.modules.rnn import run_padded
@@ -24,6 +23,27 @@ from attnexp.modules.scorers import Scorer
 
 CELLS = {"gru": nn.GRU, "lstm": nn.LSTM}
 ATTENTIONS = ("scorer", "none")
+
+
+def check_seq2seq_args(
+    scorer: Callable[..., Scorer] | None,
+    attention: str,
+    cell: str,
+    bidirectional: bool,
+    bridge: bool,
+) -> None:
+    """What `Seq2Seq` can build; the sizes and rates are the schema's (attnexp.schema)."""
+    if cell not in CELLS:
+        raise ValueError(f"cell='{cell}' is not one of {', '.join(CELLS)}")
+    if attention not in ATTENTIONS:
+        raise ValueError(f"attention='{attention}' is not one of {', '.join(ATTENTIONS)}")
+    if bidirectional and not bridge:
+        raise ValueError(
+            "bidirectional=true needs bridge=true: the encoder's final state has twice the "
+            "decoder's features (or bidirectional=false)"
+        )
+    if attention == "scorer" and scorer is None:
+        raise ValueError("attention=scorer needs a scorer")
 
 
 class RNNEncoder(nn.Module):
@@ -96,36 +116,10 @@ class Seq2Seq(nn.Module):
         tie_embeddings: bool = False,
         teacher_forcing: float = 1.0,
         pad_id: int = 0,
-        max_len: int | None = None,  # a Transformer's position table size: unused here
     ) -> None:
         super().__init__()
-        if cell not in CELLS:
-            raise ConfigError(
-                f"model.cell '{cell}' is not one of {', '.join(CELLS)} (set model.cell=...)"
-            )
-        if attention not in ATTENTIONS:
-            raise ConfigError(
-                f"model.attention '{attention}' is not one of {', '.join(ATTENTIONS)} (set model.attention=...)"
-            )
-        for key, value in (
-            ("embed_dim", embed_dim),
-            ("hidden_size", hidden_size),
-            ("num_layers", num_layers),
-        ):
-            require_positive(f"model.{key}", value)
-        require_probability("model.dropout", dropout)
-        if not 0.0 <= teacher_forcing <= 1.0:
-            raise ConfigError(
-                f"model.teacher_forcing={teacher_forcing} must be from 0 to 1 (set model.teacher_forcing=...)"
-            )
+        check_seq2seq_args(scorer, attention, cell, bidirectional, bridge)
         C = hidden_size * (2 if bidirectional else 1)
-        if not bridge and C != hidden_size:
-            raise ConfigError(
-                f"a bidirectional encoder's final state has {C} features, the decoder's {hidden_size}: "
-                f"set model.bridge=true (or model.bidirectional=false)"
-            )
-        if attention == "scorer" and scorer is None:
-            raise ConfigError("model.attention=scorer needs a scorer (set scorer=additive, ...)")
         self.attention, self.cell, self.teacher_forcing = attention, cell, teacher_forcing
         self.input_feeding = input_feeding
         self.encoder = RNNEncoder(

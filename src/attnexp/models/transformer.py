@@ -1,6 +1,6 @@
 """Transformer-encoder sentence-pair matcher (nndl 8.3-8.4): [CLS] a [SEP] b [SEP] -> same / different.
 
-Embeddings (token * sqrt(H) + segment + position, LayerNorm, dropout) -> `depth` encoder blocks ->
+Embeddings (token * sqrt(H) + segment + position, LayerNorm, dropout) -> `num_layers` encoder blocks ->
 the [CLS] vector -> dense + tanh (the "pooler") -> dropout -> classifier.
 Shapes: B pairs, T tokens, H hidden size, nh heads.
 """
@@ -8,7 +8,6 @@ Shapes: B pairs, T tokens, H hidden size, nh heads.
 import torch
 from torch import nn
 
-from attnexp.errors import ConfigError, require_positive, require_probability
 from attnexp.models.output import ModelOutput
 from attnexp.modules.embeddings import PairEmbeddings
 from attnexp.modules.transformer import TorchEncoderBlock, TransformerEncoderBlock
@@ -35,10 +34,11 @@ class TransformerMatcher(nn.Module):
 
     Args:
         vocab_size, pad_id, unk_id, max_seq_len, num_classes: from the DataModule.
-        hidden_size, depth, heads, ffn_size: encoder sizes.
+        hidden_size, num_layers, num_heads, ffn_size: encoder sizes.
         dropout: embeddings, residuals, feed-forward, classifier; attention_dropout: attention weights.
         position: sinusoidal | learned.
-        impl: custom (our blocks) | torch (`nn.TransformerEncoderLayer`).
+        impl: custom (our blocks) | torch (`nn.TransformerEncoderLayer`, one dropout rate: then
+            attention_dropout must equal dropout).
         norm: post | pre (pre-norm adds a final LayerNorm after the last block).
         activation: relu | gelu (feed-forward).
         fused_attention: custom blocks use `F.scaled_dot_product_attention` unless weights are asked for.
@@ -57,8 +57,8 @@ class TransformerMatcher(nn.Module):
         unk_id: int | None = None,
         max_seq_len: int = 512,
         hidden_size: int = 256,
-        depth: int = 2,
-        heads: int = 4,
+        num_layers: int = 2,
+        num_heads: int = 4,
         ffn_size: int = 1024,
         dropout: float = 0.1,
         attention_dropout: float = 0.1,
@@ -71,23 +71,14 @@ class TransformerMatcher(nn.Module):
     ) -> None:
         super().__init__()
         if match_embedding and unk_id is None:
-            raise ConfigError(
-                "model.match_embedding=true needs the tokenizer's [UNK] id, which the DataModule "
-                "passes (give unk_id=...)"
-            )
+            raise ValueError("match_embedding=true needs unk_id, the tokenizer's [UNK] id")
         if impl not in IMPLS:
-            raise ConfigError(
-                f"impl '{impl}' is not one of {', '.join(IMPLS)} (set model.impl=...)"
+            raise ValueError(f"impl='{impl}' is not one of {', '.join(IMPLS)}")
+        if impl == "torch" and attention_dropout != dropout:
+            raise ValueError(
+                f"impl='torch' has one dropout rate: attention_dropout={attention_dropout} must "
+                f"equal dropout={dropout} (or impl='custom')"
             )
-        for key, value in (
-            ("depth", depth),
-            ("hidden_size", hidden_size),
-            ("ffn_size", ffn_size),
-            ("heads", heads),
-        ):
-            require_positive(f"model.{key}", value)
-        require_probability("model.dropout", dropout)
-        require_probability("model.attention_dropout", attention_dropout)
         self.embeddings = PairEmbeddings(
             vocab_size, hidden_size, max_seq_len, position, 2, dropout, pad_id
         )
@@ -97,8 +88,8 @@ class TransformerMatcher(nn.Module):
             nn.init.normal_(self.match.weight, std=0.02)
         block_args = dict(
             embed_dim=hidden_size,
-            num_heads=heads,
-            ffn_dim=ffn_size,
+            num_heads=num_heads,
+            ffn_size=ffn_size,
             dropout=dropout,
             attention_dropout=attention_dropout,
             activation=activation,
@@ -107,10 +98,10 @@ class TransformerMatcher(nn.Module):
         if impl == "custom":
             blocks = [
                 TransformerEncoderBlock(**block_args, fused_attention=fused_attention)
-                for _ in range(depth)
+                for _ in range(num_layers)
             ]
         else:
-            blocks = [TorchEncoderBlock(**block_args) for _ in range(depth)]
+            blocks = [TorchEncoderBlock(**block_args) for _ in range(num_layers)]
         self.blocks = nn.ModuleList(blocks)
         self.final_norm = nn.LayerNorm(hidden_size) if norm == "pre" else nn.Identity()
         self.pooler = nn.Sequential(nn.Linear(hidden_size, hidden_size), nn.Tanh())

@@ -1,8 +1,8 @@
 """Encoder-decoder Transformer (Vaswani et al. 2017) from the project's blocks.
 
 Shapes: B batch, S source tokens, U target steps, E = hidden_size, V target vocabulary.
-Encoder: token embedding * sqrt(E) + positions -> `TransformerEncoderBlock` x depth (the LCQMC
-matcher's block). Decoder: the same embedding scheme -> `TransformerDecoderBlock` x depth (causal
+Encoder: token embedding * sqrt(E) + positions -> `TransformerEncoderBlock` x num_layers (the LCQMC
+matcher's block). Decoder: the same embedding scheme -> `TransformerDecoderBlock` x num_layers (causal
 self-attention, cross-attention) -> linear to the vocabulary (tied to the target embedding by
 default). Pre-norm stacks end with a LayerNorm.
 """
@@ -10,7 +10,6 @@ default). Pre-norm stacks end with a LayerNorm.
 import torch
 from torch import nn
 
-from attnexp.errors import ConfigError, require_positive, require_probability
 from attnexp.models.output import ModelOutput
 from attnexp.modules.embeddings import (
     POSITIONS,
@@ -48,7 +47,7 @@ class Embed(nn.Module):
 
 class TransformerSeq2Seq(nn.Module):
     """Args: vocabulary sizes and max_len (position table rows) from the DataModule; the rest as
-    the LCQMC Transformer's keys (hidden_size, depth, heads, ffn_size, dropout, norm, ...)."""
+    the LCQMC Transformer's keys (hidden_size, num_layers, num_heads, ffn_size, dropout, norm, ...)."""
 
     input_kind = "translation"
 
@@ -58,8 +57,8 @@ class TransformerSeq2Seq(nn.Module):
         tgt_vocab_size: int,
         max_len: int = 128,
         hidden_size: int = 256,
-        depth: int = 3,
-        heads: int = 8,
+        num_layers: int = 3,
+        num_heads: int = 8,
         ffn_size: int = 512,
         dropout: float = 0.1,
         attention_dropout: float = 0.1,
@@ -70,13 +69,8 @@ class TransformerSeq2Seq(nn.Module):
         pad_id: int = 0,
     ) -> None:
         super().__init__()
-        for key, value in (("hidden_size", hidden_size), ("depth", depth), ("ffn_size", ffn_size)):
-            require_positive(f"model.{key}", value)
-        require_probability("model.dropout", dropout)
         if position not in POSITIONS:
-            raise ConfigError(
-                f"model.position '{position}' is not one of {', '.join(POSITIONS)} (set model.position=...)"
-            )
+            raise ValueError(f"position='{position}' is not one of {', '.join(POSITIONS)}")
         self.pad_id = pad_id
         self.src_embed = Embed(src_vocab_size, hidden_size, max_len, position, dropout, pad_id)
         self.tgt_embed = Embed(tgt_vocab_size, hidden_size, max_len, position, dropout, pad_id)
@@ -84,10 +78,12 @@ class TransformerSeq2Seq(nn.Module):
             dropout=dropout, attention_dropout=attention_dropout, activation=activation, norm=norm
         )
         self.encoder = nn.ModuleList(
-            TransformerEncoderBlock(hidden_size, heads, ffn_size, **block) for _ in range(depth)
+            TransformerEncoderBlock(hidden_size, num_heads, ffn_size, **block)
+            for _ in range(num_layers)
         )
         self.decoder = nn.ModuleList(
-            TransformerDecoderBlock(hidden_size, heads, ffn_size, **block) for _ in range(depth)
+            TransformerDecoderBlock(hidden_size, num_heads, ffn_size, **block)
+            for _ in range(num_layers)
         )
         final = nn.LayerNorm if norm == "pre" else nn.Identity
         self.encoder_norm, self.decoder_norm = final(hidden_size), final(hidden_size)

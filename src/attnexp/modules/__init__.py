@@ -1,7 +1,7 @@
 """Framework-free attention building blocks (no Lightning, no Hydra)."""
 
 from attnexp.modules.masking import lengths_to_mask, masked_mean, masked_softmax
-from attnexp.modules.mhsa import MultiHeadSelfAttention, SimpleSelfAttention
+from attnexp.modules.mhsa import MultiHeadAttention, SimpleSelfAttention
 from attnexp.modules.pooling import AttentionPooling
 from attnexp.modules.scorers import (
     AdditiveScorer,
@@ -17,7 +17,7 @@ __all__ = [
     "AttentionPooling",
     "BilinearScorer",
     "DotScorer",
-    "MultiHeadSelfAttention",
+    "MultiHeadAttention",
     "ScaledDotScorer",
     "Scorer",
     "SimpleScorer",

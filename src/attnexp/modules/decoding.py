@@ -7,10 +7,26 @@ Beams are reordered by indexing every state tensor on its first axis, so a model
 nothing more than batch-first tensors.
 """
 
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
+
+State = dict[str, torch.Tensor]
+
+
+class StepDecoder(Protocol):
+    """An encoder-decoder that decodes one token at a time (`Seq2Seq`, `TransformerSeq2Seq`)."""
+
+    def start(self, src_ids: torch.Tensor, src_mask: torch.Tensor) -> State:
+        """src_ids, src_mask (B, S) -> the first state: batch-first tensors."""
+        ...
+
+    def step(
+        self, state: State, prev: torch.Tensor
+    ) -> tuple[torch.Tensor, State, torch.Tensor | None]:
+        """prev (B,) -> logits (B, V), the next state, attention (B, S) or None."""
+        ...
 
 
 class Hypothesis(NamedTuple):
@@ -19,7 +35,7 @@ class Hypothesis(NamedTuple):
     attention: torch.Tensor | None  # (len(tokens) + 1, S): one row per emitted token, EOS included
 
 
-def select_state(state: dict[str, torch.Tensor], index: torch.Tensor) -> dict[str, torch.Tensor]:
+def select_state(state: State, index: torch.Tensor) -> State:
     return {k: v.index_select(0, index) for k, v in state.items()}
 
 
@@ -37,7 +53,7 @@ def ban(log_probs: torch.Tensor, banned_ids: tuple[int, ...]) -> torch.Tensor:
 
 @torch.no_grad()
 def free_running_logits(
-    model, src_ids: torch.Tensor, src_mask: torch.Tensor, bos_id: int, steps: int
+    model: StepDecoder, src_ids: torch.Tensor, src_mask: torch.Tensor, bos_id: int, steps: int
 ) -> torch.Tensor:
     """The logits (B, steps, V) of a decoder fed its own argmax from BOS on, for `steps` steps
     whatever it emits (EOS included, no token banned): teacher forcing 0, what bentrevett's
@@ -54,7 +70,7 @@ def free_running_logits(
 
 @torch.no_grad()
 def greedy_decode(
-    model,
+    model: StepDecoder,
     src_ids: torch.Tensor,
     src_mask: torch.Tensor,
     bos_id: int,
@@ -90,9 +106,59 @@ def greedy_decode(
     return out
 
 
+def only_eos(log_probs: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """(N, V) log-probabilities with every token but EOS at probability 0: the step that ends."""
+    forced = torch.full_like(log_probs, float("-inf"))
+    forced[:, eos_id] = log_probs[:, eos_id]
+    return forced
+
+
+def select_beams(rows: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
+    """rows (B, K, ...) -> the rows of the (B * K,) flat beam indices `flat`, (B, K, ...)."""
+    B, K = rows.shape[:2]
+    return rows.reshape(B * K, *rows.shape[2:])[flat].view(B, K, *rows.shape[2:])
+
+
+def add_finished(
+    finished: list[list[Hypothesis]],
+    tokens: torch.Tensor,
+    beam: torch.Tensor,
+    top_scores: torch.Tensor,
+    is_eos: torch.Tensor,
+    attention_rows: torch.Tensor | None,
+    divisor: float,
+) -> None:
+    """Each EOS among the K best candidates (B, 2K) of a sentence with fewer than K finished
+    hypotheses finishes one: beam `beam[b, j]`'s tokens (B, K, t) after BOS, its score over
+    `divisor` (the length penalty)."""
+    K = tokens.shape[1]
+    done = [len(hyps) >= K for hyps in finished]
+    for b, j in (is_eos[:, :K] & torch.isfinite(top_scores[:, :K])).nonzero().tolist():
+        if not done[b]:
+            k = int(beam[b, j])
+            attention = None if attention_rows is None else attention_rows[b, k].cpu()
+            score = float(top_scores[b, j]) / divisor
+            finished[b].append(Hypothesis(tokens[b, k, 1:].tolist(), score, attention))
+
+
+def survivors(
+    top_scores: torch.Tensor, beam: torch.Tensor, token: torch.Tensor, is_eos: torch.Tensor, K: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The K best of the 2K candidates (B, 2K) that do not end (EOS candidates sort after every
+    other one) -> their scores (B, K) (-inf where only EOS was left), flat beam indices
+    (B * K,), tokens (B, K)."""
+    B = top_scores.shape[0]
+    rank = is_eos.long() * (2 * K) + torch.arange(top_scores.shape[1], device=beam.device)
+    keep = rank.argsort(dim=-1)[:, :K]  # (B, K)
+    next_beam, next_token = beam.gather(1, keep), token.gather(1, keep)
+    scores = top_scores.gather(1, keep).masked_fill(is_eos.gather(1, keep), float("-inf"))
+    flat = (torch.arange(B, device=beam.device)[:, None] * K + next_beam).view(-1)  # (B * K,)
+    return scores, flat, next_token
+
+
 @torch.no_grad()
 def beam_search(
-    model,
+    model: StepDecoder,
     src_ids: torch.Tensor,
     src_mask: torch.Tensor,
     bos_id: int,
@@ -120,50 +186,28 @@ def beam_search(
     tokens = torch.full((B, K, 1), bos_id, dtype=torch.long, device=device)
     attention_rows: torch.Tensor | None = None  # (B, K, t, S)
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
-    done = [False] * B
     for t in range(max_len):
         logits, state, attention = model.step(state, tokens[:, :, -1].reshape(-1))
         log_probs = ban(F.log_softmax(logits.float(), dim=-1), banned_ids)  # (B * K, V)
         V = log_probs.shape[-1]
         if t == max_len - 1:  # the last step: every beam ends here
-            forced = torch.full_like(log_probs, float("-inf"))
-            forced[:, eos_id] = log_probs[:, eos_id]
-            log_probs = forced
+            log_probs = only_eos(log_probs, eos_id)
         candidates = (scores[:, :, None] + log_probs.view(B, K, V)).view(B, K * V)
         top_scores, top_index = candidates.topk(min(2 * K, K * V), dim=-1)  # (B, 2K)
         beam, token = top_index // V, top_index % V  # (B, 2K)
-        step_rows = None if attention is None else attention.view(B, K, 1, -1)  # (B, K, 1, S)
-        if step_rows is not None:
+        if attention is not None:
+            step_rows = attention.view(B, K, 1, -1)  # (B, K, 1, S)
             attention_rows = (
                 step_rows if attention_rows is None else torch.cat([attention_rows, step_rows], 2)
             )
         is_eos = token == eos_id
-        ends = (is_eos[:, :K] & torch.isfinite(top_scores[:, :K])).nonzero().tolist()
-        for b, j in ends:
-            if done[b]:
-                continue
-            k = int(beam[b, j])
-            finished[b].append(
-                Hypothesis(
-                    tokens[b, k, 1:].tolist(),
-                    float(top_scores[b, j]) / length_penalty(t + 1, alpha),
-                    None if attention_rows is None else attention_rows[b, k].cpu(),
-                )
-            )
-        for b in range(B):
-            done[b] = done[b] or len(finished[b]) >= K
-        if all(done):
+        penalty = length_penalty(t + 1, alpha)
+        add_finished(finished, tokens, beam, top_scores, is_eos, attention_rows, penalty)
+        if all(len(hyps) >= K for hyps in finished):
             break
-        # The K best continuations that do not end: EOS candidates sort after every other one.
-        rank = is_eos.long() * (2 * K) + torch.arange(top_index.shape[1], device=device)
-        keep = rank.argsort(dim=-1)[:, :K]  # (B, K)
-        next_beam, next_token = beam.gather(1, keep), token.gather(1, keep)
-        scores = top_scores.gather(1, keep).masked_fill(next_token == eos_id, float("-inf"))
-        flat = (torch.arange(B, device=device)[:, None] * K + next_beam).view(-1)  # (B * K,)
+        scores, flat, next_token = survivors(top_scores, beam, token, is_eos, K)
         state = select_state(state, flat)
-        tokens = torch.cat([tokens.view(B * K, -1)[flat].view(B, K, -1), next_token[:, :, None]], 2)
+        tokens = torch.cat([select_beams(tokens, flat), next_token[:, :, None]], 2)
         if attention_rows is not None:
-            attention_rows = attention_rows.view(B * K, *attention_rows.shape[2:])[flat].view(
-                B, K, *attention_rows.shape[2:]
-            )
+            attention_rows = select_beams(attention_rows, flat)
     return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]

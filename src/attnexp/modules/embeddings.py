@@ -103,9 +103,7 @@ class PairEmbeddings(nn.Module):
     ) -> None:
         super().__init__()
         if position not in POSITIONS:
-            raise ConfigError(
-                f"position '{position}' is not one of {', '.join(POSITIONS)} (set model.position=...)"
-            )
+            raise ValueError(f"position='{position}' is not one of {', '.join(POSITIONS)}")
         self.tokens = TokenEmbedding(vocab_size, embed_dim, padding_idx)
         self.segments = nn.Embedding(num_segments, embed_dim)
         nn.init.normal_(self.segments.weight, std=0.02)

@@ -7,7 +7,6 @@ D = 2H (bidirectional) output features per token. `mask` (B, T) is True on real 
 import torch
 from torch import nn
 
-from attnexp.errors import ConfigError, require_positive
 from attnexp.modules.rnn import run_padded
 
 
@@ -50,20 +49,11 @@ class LSTMEncoder(nn.Module):
         embed_init: str = "normal",
     ) -> None:
         super().__init__()
-        for key, value in (
-            ("embed_dim", embed_dim),
-            ("hidden_size", hidden_size),
-            ("num_layers", num_layers),
-        ):
-            require_positive(f"model.{key}", value)
         if rnn_impl not in self.RNN_IMPLS:
-            raise ConfigError(
-                f"model.rnn_impl '{rnn_impl}' is not one of {', '.join(self.RNN_IMPLS)} (set model.rnn_impl=...)"
-            )
+            raise ValueError(f"rnn_impl='{rnn_impl}' is not one of {', '.join(self.RNN_IMPLS)}")
         if embed_init not in self.EMBED_INITS:
-            raise ConfigError(
-                f"model.embed_init '{embed_init}' is not one of {', '.join(self.EMBED_INITS)} "
-                f"(set model.embed_init=...)"
+            raise ValueError(
+                f"embed_init='{embed_init}' is not one of {', '.join(self.EMBED_INITS)}"
             )
         self.rnn_impl = rnn_impl
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)

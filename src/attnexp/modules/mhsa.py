@@ -1,22 +1,15 @@
-"""Multi-head self-attention with an explicit mask and optional weights."""
+"""Multi-head attention (self- and cross-) with an explicit mask and optional weights."""
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnexp.errors import ConfigError, require_positive
 
-
-def check_heads(width: int, num_heads: int, sized_by: str = "model.hidden_size") -> None:
-    """Each of nh heads gets width / nh features: nh must be a positive divisor of the width.
-
-    `sized_by` is the setting that decides the width, named in the message as the other fix.
-    """
-    require_positive("model.heads", num_heads)
-    if width % num_heads:
-        raise ConfigError(
-            f"feature size {width} is not divisible by model.heads={num_heads} "
-            f"(set model.heads to a divisor of {width}, or change {sized_by})"
+def check_heads(embed_dim: int, num_heads: int) -> None:
+    """Each of nh heads gets embed_dim / nh features: nh must be a positive divisor of it."""
+    if num_heads < 1 or embed_dim % num_heads:
+        raise ValueError(
+            f"num_heads={num_heads} must be a positive divisor of embed_dim={embed_dim}"
         )
 
 
@@ -56,48 +49,85 @@ def attention_weights(
     return torch.softmax(scores, dim=-1).view(B, nh, U, S)
 
 
-class MultiHeadSelfAttention(nn.Module):
-    """Self-attention over (B, T, E) with nh heads of size hd = E / nh.
+class MultiHeadAttention(nn.Module):
+    """Queries (B, U, E) attend over keys and values (B, S, E) with nh heads of size hd = E / nh:
+    self-attention (no `memory`: S = U, keys and values from the queries) or cross-attention
+    over a `memory`. The mask is a key mask (B, S) or a per-query mask (B, U, S).
 
-    Parameter layout matches `nn.MultiheadAttention` (`in_proj_weight` (3E, E), `out_proj`), so
-    weights copy across. Without `need_weights` it runs `F.scaled_dot_product_attention`.
+    `fused_qkv=True` projects query, key and value with one `in_proj` (3E, E), the layout of
+    `nn.MultiheadAttention` (`in_proj_weight`, `out_proj`), so weights copy across; it serves
+    self-attention only. `fused_qkv=False` projects the query with `q_proj` (E, E) and key and
+    value with `kv_proj` (2E, E): what cross-attention needs, since query and memory differ.
+    Without `need_weights` it runs `F.scaled_dot_product_attention`; with it, the explicit softmax
+    of `attention_weights` (padded keys get weight 0). A query with no real key sees all its keys
+    (`attendable_keys`), in both paths.
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        fused_qkv: bool = True,
+    ) -> None:
         super().__init__()
         check_heads(embed_dim, num_heads)
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
         self.dropout = dropout
-        self.in_proj = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)
-        self.in_proj.fused_parts = 3  # query, key, value (see modules/init.py)
+        self.fused_qkv = fused_qkv
+        if fused_qkv:
+            self.in_proj = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)
+            self.in_proj.fused_parts = 3  # query, key, value (see modules/init.py)
+        else:
+            self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+            self.kv_proj = nn.Linear(embed_dim, 2 * embed_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
+    def _project(
+        self, query: torch.Tensor, memory: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """-> q (B, U, E), k and v (B, S, E)."""
+        E = self.embed_dim
+        if self.fused_qkv:
+            if memory is not None:
+                raise ValueError("fused_qkv=True projects self-attention only: memory must be None")
+            return self.in_proj(query).split(E, dim=-1)
+        k, v = self.kv_proj(query if memory is None else memory).split(E, dim=-1)
+        return self.q_proj(query), k, v
+
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False
+        self,
+        query: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        need_weights: bool = False,
+        memory: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x (B, T, E), mask (B, T) -> out (B, T, E), weights (B, nh, T, T) or None."""
-        B, T, E = x.shape
-        q, k, v = self.in_proj(x).split(E, dim=-1)  # 3 x (B, T, E)
-        q, k, v = (t.view(B, T, self.num_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))
-        # q, k, v: (B, nh, T, hd)
-        key_mask = None if mask is None else attendable_keys(mask)  # (B, 1, 1, T)
+        """query (B, U, E), mask (B, S) or (B, U, S) or None, memory (B, S, E) or None
+        (self-attention: S = U) -> out (B, U, E), weights (B, nh, U, S) or None."""
+        B, U, E = query.shape
+        q, k, v = self._project(query, memory)  # (B, U, E), 2 x (B, S, E)
+        S = k.shape[1]
+        q = q.view(B, U, self.num_heads, self.head_dim).transpose(1, 2)  # (B, nh, U, hd)
+        k, v = (t.view(B, S, self.num_heads, self.head_dim).transpose(1, 2) for t in (k, v))
+        # k, v: (B, nh, S, hd)
+        key_mask = None if mask is None else attendable_keys(mask)  # (B, 1, 1|U, S)
         dropout = self.dropout if self.training else 0.0
         if need_weights:
-            weights = attention_weights(q, k, key_mask)  # (B, nh, T, T)
-            out = F.dropout(weights, p=dropout, training=self.training) @ v  # (B, nh, T, hd)
+            weights = attention_weights(q, k, key_mask)  # (B, nh, U, S)
+            out = F.dropout(weights, p=dropout, training=self.training) @ v  # (B, nh, U, hd)
         else:
             weights = None
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout)
-        out = out.transpose(1, 2).reshape(B, T, E)  # (B, T, E)
-        return self.out_proj(out), weights
+        return self.out_proj(out.transpose(1, 2).reshape(B, U, E)), weights  # (B, U, E)
 
 
 class SimpleSelfAttention(nn.Module):
     """Parameter-free self-attention softmax(X X^T) X over the real tokens (one head).
 
-    Same interface as `MultiHeadSelfAttention`, as one head whose query, key and value are x,
+    Same interface as `MultiHeadAttention`'s self-attention, as one head whose query, key and value are x,
     unscaled: the weights (B, 1, T, T) come only when asked for, else the fused kernel runs.
     """
 

@@ -5,7 +5,6 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from attnexp.errors import ConfigError
 from attnexp.modules.masking import masked_mean, masked_softmax
 from attnexp.modules.scorers import Scorer
 
@@ -36,16 +35,13 @@ class AttentionPooling(nn.Module):
     ):
         super().__init__()
         if query not in QUERIES:
-            raise ConfigError(f"attention query '{query}' is not one of {', '.join(QUERIES)}")
+            raise ValueError(f"query='{query}' is not one of {', '.join(QUERIES)}")
         if query_init not in QUERY_INITS:
-            raise ConfigError(
-                f"model.query_init '{query_init}' is not one of {', '.join(QUERY_INITS)} "
-                f"(set model.query_init=...)"
-            )
+            raise ValueError(f"query_init='{query_init}' is not one of {', '.join(QUERY_INITS)}")
         self.scorer = scorer if isinstance(scorer, Scorer) else scorer(key_dim=dim, query_dim=dim)
         if self.scorer.needs_query and query == "none":
-            raise ConfigError(
-                f"scorer {type(self.scorer).__name__} needs a query; set query to learned or mean"
+            raise ValueError(
+                f"{type(self.scorer).__name__} needs a query: query='none' must be learned or mean"
             )
         self.query_kind = query
         self.query = None

@@ -10,8 +10,6 @@ import math
 import torch
 from torch import nn
 
-from attnexp.errors import ConfigError, require_positive
-
 
 class Scorer(nn.Module):
     """Base class. `needs_query` is False for scorers that look at the items alone."""
@@ -29,9 +27,9 @@ class Scorer(nn.Module):
 
 def _require_equal_dims(name: str, key_dim: int, query_dim: int) -> None:
     if key_dim != query_dim:
-        raise ConfigError(
-            f"scorer '{name}' needs key and query of the same size, got key_dim={key_dim} and "
-            f"query_dim={query_dim} (use scorer=additive or scorer=bilinear for different sizes)"
+        raise ValueError(
+            f"{name} needs key and query of the same size, got key_dim={key_dim} and "
+            f"query_dim={query_dim} (AdditiveScorer and BilinearScorer take different sizes)"
         )
 
 
@@ -41,7 +39,6 @@ class AdditiveScorer(Scorer):
     def __init__(self, key_dim: int, query_dim: int, attn_dim: int | None = None) -> None:
         super().__init__(key_dim, query_dim)
         attn_dim = key_dim if attn_dim is None else attn_dim
-        require_positive("scorer.attn_dim", attn_dim)
         self.key_proj = nn.Linear(key_dim, attn_dim, bias=False)
         self.query_proj = nn.Linear(query_dim, attn_dim, bias=True)
         self.v = nn.Linear(attn_dim, 1, bias=False)
@@ -56,7 +53,7 @@ class DotScorer(Scorer):
 
     def __init__(self, key_dim: int, query_dim: int) -> None:
         super().__init__(key_dim, query_dim)
-        _require_equal_dims("dot", key_dim, query_dim)
+        _require_equal_dims(type(self).__name__, key_dim, query_dim)
 
     def forward(self, keys: torch.Tensor, query: torch.Tensor | None) -> torch.Tensor:
         return torch.einsum("bth,bh->bt", keys, query)
@@ -93,7 +90,7 @@ class BilinearScorer(Scorer):
         super().__init__(key_dim, query_dim)
         self.weight = nn.Parameter(torch.empty(key_dim, query_dim))
         if identity_init:
-            _require_equal_dims("bilinear with identity_init", key_dim, query_dim)
+            _require_equal_dims("BilinearScorer with identity_init", key_dim, query_dim)
             with torch.no_grad():
                 self.weight.copy_(torch.eye(key_dim) / math.sqrt(key_dim))
                 self.weight.add_(0.01 * torch.randn_like(self.weight))

@@ -1,4 +1,4 @@
-"""Transformer encoder blocks: ours (from MultiHeadSelfAttention) and a wrapper of PyTorch's.
+"""Transformer encoder blocks: ours (from MultiHeadAttention) and a wrapper of PyTorch's.
 
 Both take x (B, T, E) and a bool mask (B, T) (True = real token) and return (x, weights) with
 weights (B, nh, T, T) when asked for, else None. Post-norm (Vaswani et al., BERT):
@@ -9,8 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnexp.errors import ConfigError
-from attnexp.modules.mhsa import MultiHeadSelfAttention, check_heads
+from attnexp.modules.mhsa import MultiHeadAttention, check_heads
 
 NORMS = ("post", "pre")
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
@@ -18,22 +17,20 @@ ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
 def check_block_args(norm: str, activation: str) -> None:
     if norm not in NORMS:
-        raise ConfigError(f"norm '{norm}' is not one of {', '.join(NORMS)} (set model.norm=...)")
+        raise ValueError(f"norm='{norm}' is not one of {', '.join(NORMS)}")
     if activation not in ACTIVATIONS:
-        raise ConfigError(
-            f"activation '{activation}' is not one of {', '.join(ACTIVATIONS)} (set model.activation=...)"
-        )
+        raise ValueError(f"activation='{activation}' is not one of {', '.join(ACTIVATIONS)}")
 
 
 class PositionwiseFeedForward(nn.Module):
     """(B, T, E) -> (B, T, E): Linear(E, F) -> activation -> dropout -> Linear(F, E), per position."""
 
     def __init__(
-        self, embed_dim: int, ffn_dim: int, dropout: float = 0.1, activation: str = "relu"
+        self, embed_dim: int, ffn_size: int, dropout: float = 0.1, activation: str = "relu"
     ) -> None:
         super().__init__()
-        self.linear1 = nn.Linear(embed_dim, ffn_dim)
-        self.linear2 = nn.Linear(ffn_dim, embed_dim)
+        self.linear1 = nn.Linear(embed_dim, ffn_size)
+        self.linear2 = nn.Linear(ffn_size, embed_dim)
         self.dropout = nn.Dropout(dropout)
         self.activation = ACTIVATIONS[activation]
 
@@ -42,7 +39,7 @@ class PositionwiseFeedForward(nn.Module):
 
 
 class TransformerEncoderBlock(nn.Module):
-    """Our block: MultiHeadSelfAttention + feed-forward, each with residual, dropout and LayerNorm.
+    """Our block: MultiHeadAttention + feed-forward, each with residual, dropout and LayerNorm.
 
     Parameter names follow `nn.TransformerEncoderLayer` (norm1, norm2, dropout1, dropout2) so the
     two can be compared with copied weights. `fused_attention=False` forces the explicit
@@ -53,7 +50,7 @@ class TransformerEncoderBlock(nn.Module):
         self,
         embed_dim: int,
         num_heads: int,
-        ffn_dim: int,
+        ffn_size: int,
         dropout: float = 0.1,
         attention_dropout: float = 0.1,
         activation: str = "relu",
@@ -63,8 +60,8 @@ class TransformerEncoderBlock(nn.Module):
     ) -> None:
         super().__init__()
         check_block_args(norm, activation)
-        self.self_attn = MultiHeadSelfAttention(embed_dim, num_heads, dropout=attention_dropout)
-        self.feed_forward = PositionwiseFeedForward(embed_dim, ffn_dim, dropout, activation)
+        self.self_attn = MultiHeadAttention(embed_dim, num_heads, dropout=attention_dropout)
+        self.feed_forward = PositionwiseFeedForward(embed_dim, ffn_size, dropout, activation)
         self.norm1 = nn.LayerNorm(embed_dim, eps=layer_norm_eps)
         self.norm2 = nn.LayerNorm(embed_dim, eps=layer_norm_eps)
         self.dropout1 = nn.Dropout(dropout)
@@ -104,7 +101,7 @@ class TorchEncoderBlock(nn.Module):
         self,
         embed_dim: int,
         num_heads: int,
-        ffn_dim: int,
+        ffn_size: int,
         dropout: float = 0.1,
         attention_dropout: float = 0.1,
         activation: str = "relu",
@@ -114,15 +111,12 @@ class TorchEncoderBlock(nn.Module):
         super().__init__()
         check_block_args(norm, activation)
         check_heads(embed_dim, num_heads)
-        if attention_dropout != dropout:
-            raise ConfigError(
-                f"model.impl=torch uses one dropout for attention and residuals: set model.attention_dropout="
-                f"{dropout} (= model.dropout) or use model.impl=custom"
-            )
+        if attention_dropout != dropout:  # nn.TransformerEncoderLayer has one rate for both
+            raise ValueError(f"attention_dropout={attention_dropout} must equal dropout={dropout}")
         self.layer = nn.TransformerEncoderLayer(
             embed_dim,
             num_heads,
-            ffn_dim,
+            ffn_size,
             dropout,
             activation=activation,
             layer_norm_eps=layer_norm_eps,

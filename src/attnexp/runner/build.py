@@ -2,7 +2,8 @@
 
 import inspect
 import logging
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Collection
 from importlib import resources
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from omegaconf import DictConfig
 from attnexp.data.base import AttnDataModule
 from attnexp.errors import ConfigError
 from attnexp.runs.dirs import override_key
+from attnexp.schema import Renamed, rule_for
 
 log = logging.getLogger(__name__)
 
@@ -86,17 +88,55 @@ def check_config(
 
 
 def instantiate_checked(node: DictConfig, **kwargs):
-    """hydra's instantiate, but a ConfigError raised by the constructor reaches the user as is
-    (not wrapped in an InstantiationException that buries the message)."""
+    """hydra's instantiate, with the constructor's refusal said in the config's words: a
+    ConfigError as is, a ValueError that names the constructor's arguments (`num_heads=3 must
+    ...`) with their config keys and the keys to set (`model.num_heads=3 must ... (set
+    model.num_heads=...)`), a key the class does not take with the ones it does take. Hydra's
+    InstantiationException would bury each of them in its own message."""
     try:
         return instantiate(node, **kwargs)
     except InstantiationException as err:
-        if isinstance(err.__cause__, ConfigError):
-            raise err.__cause__ from None
-        unexpected = unexpected_argument(err.__cause__, node)
-        if unexpected is not None:
-            raise unexpected from None
+        cause = err.__cause__
+        if isinstance(cause, ConfigError):
+            raise cause from None
+        refusal = keyed_refusal(cause, node, kwargs) or unexpected_argument(cause, node)
+        if refusal is not None:
+            raise refusal from None
         raise
+
+
+def _section(node: DictConfig) -> str:
+    """The config key of `node` (`model`, `scorer`)."""
+    return node._get_full_key(None) or "<section>"
+
+
+# An argument named in a constructor's message: `num_heads=3` (not `model.num_heads=3`).
+_ARGUMENT = re.compile(r"(?<![\w.])(\w+)(?==)")
+
+
+def keyed_refusal(
+    cause: BaseException | None, node: DictConfig, runtime: Collection[str] = ()
+) -> ConfigError | None:
+    """A constructor's ValueError whose message names its arguments as `name=value`, with each
+    argument that is a key of `node` (or of a config inside it, as `model.scorer` is the
+    `scorer` group), or one it may take (its signature's, less the `runtime` sizes passed), written
+    as its config key, and those keys as the fix. None when it names none of them: then it is
+    no setting's fault, and Hydra's traceback stands."""
+    if not isinstance(cause, ValueError) or isinstance(cause, ConfigError):
+        return None
+    try:
+        parameters = inspect.signature(get_object(node.get("_target_"))).parameters
+    except (ImportError, ValueError, TypeError):
+        parameters = {}
+    keys = {p: f"{_section(node)}.{p}" for p in parameters if p not in runtime}
+    for value in [*node.values(), node]:  # the node's own keys last: they win a shared name
+        if isinstance(value, DictConfig):
+            keys |= {str(k): f"{_section(value)}.{k}" for k in value if not str(k).startswith("_")}
+    named = [keys[name] for name in dict.fromkeys(_ARGUMENT.findall(str(cause))) if name in keys]
+    if not named:
+        return None
+    message = _ARGUMENT.sub(lambda m: keys.get(m[1], m[1]), str(cause))
+    return ConfigError(f"{message} (set {' or '.join(f'{key}=...' for key in named)})")
 
 
 def unexpected_argument(cause: BaseException | None, node: DictConfig) -> ConfigError | None:
@@ -115,7 +155,13 @@ def unexpected_argument(cause: BaseException | None, node: DictConfig) -> Config
     if not unknown:
         return None
     name = unknown[0]
-    section = node._get_full_key(None) or "<section>"
+    section = _section(node)
+    renamed = rule_for(f"{section}.{name}")
+    if isinstance(renamed, Renamed):  # a run saved with the old name, or +model.heads=
+        return ConfigError(
+            f"{section}.{name} is now called {renamed.to} (write {renamed.to} for "
+            f"{section}.{name}, in a run's saved .hydra/config.yaml too)"
+        )
     takes = ", ".join(p for p in parameters if p != "self")
     return ConfigError(
         f"{section}.{name}: {target} takes no argument '{name}' (it takes: {takes}); a key added "
