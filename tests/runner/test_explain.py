@@ -178,8 +178,8 @@ def translation_runs(tmp_path_factory) -> Path:
             "trainer.enable_progress_bar=false")  # fmt: skip
     train(tmp, "seq2seq", "model=seq2seq", "model.embed_dim=8", "model.hidden_size=8", *tiny)
     train(
-        tmp, "transformer", "model=transformer_seq2seq", "model.hidden_size=8", "model.heads=2",
-        "model.depth=2", "model.ffn_size=16", *tiny,
+        tmp, "transformer", "model=transformer_seq2seq", "model.hidden_size=8", "model.num_heads=2",
+        "model.num_layers=2", "model.ffn_size=16", *tiny,
     )  # fmt: skip
     return tmp
 
