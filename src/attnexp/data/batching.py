@@ -164,8 +164,15 @@ def pad_sequences(
     return ids, mask
 
 
+def collate_tokens(examples: list[tuple[list[int], int]]) -> dict[str, torch.Tensor]:
+    ids, mask = pad_sequences([e[0] for e in examples], PAD_ID)
+    return {"input_ids": ids, "mask": mask, "labels": torch.tensor([e[1] for e in examples])}
+
+
 class TokenDataset(torch.utils.data.Dataset):
     """(token ids, label) pairs from the tokenized HF dataset (`tokenize_dataset`)."""
+
+    collate = staticmethod(collate_tokens)  # a batch of what `__getitems__` gives
 
     def __init__(self, encoded: "Dataset", labels: list[int]) -> None:
         # datasets >= 4 gives a lazy column, read from Arrow on indexing; older versions a list.
@@ -184,8 +191,3 @@ class TokenDataset(torch.utils.data.Dataset):
         128 single reads (a CPU cost that weighs on a GPU run, whose steps take tens of ms)."""
         ids = [self.ids[i] for i in indices] if isinstance(self.ids, list) else self.ids[indices]
         return list(zip(ids, [self.labels[i] for i in indices], strict=True))
-
-
-def collate_tokens(examples: list[tuple[list[int], int]]) -> dict[str, torch.Tensor]:
-    ids, mask = pad_sequences([e[0] for e in examples], PAD_ID)
-    return {"input_ids": ids, "mask": mask, "labels": torch.tensor([e[1] for e in examples])}
