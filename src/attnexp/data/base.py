@@ -130,8 +130,9 @@ class AttnDataModule(pl.LightningDataModule):
     draws predictions per kind), fill `source` during setup ("local" | "hub" | "sample") and
     provide `model_kwargs` (runtime sizes such as num_classes or vocab_size), `test_set_names`
     (extra test sets after the main one) and the probe batch whose attention is drawn.
-    Those that read `<data_dir>/<data_subdir>/` set `data_subdir` and keep `data_dir` and
-    `source_request` (the `data.source` setting), so `planned_source` can tell before loading.
+    Those that read `<data_dir>/<data_subdir>/` set `data_subdir` (and `dataset_name`, how
+    messages name it) and read their sources with `load_raw`; `planned_source` tells which one
+    before loading. `batching`: the `data.batch_size`, `num_workers` and `seed` keys.
     """
 
     input_kind: str = ""
@@ -320,5 +321,10 @@ class BucketedDataModule(AttnDataModule):
         save_tokenizer(self.run_tokenizer(), run_dir)
 
     def load_artifacts(self, run_dir: str) -> None:
-        self.tokenizer_path = str(Path(run_dir) / TOKENIZER_FILE)
-        self.use_tokenizer(load_tokenizer(self.tokenizer_path))
+        path = Path(run_dir) / TOKENIZER_FILE
+        if not path.is_file():
+            raise ConfigError(
+                f"{run_dir}: no {TOKENIZER_FILE} (the run did not finish its setup; retrain it)"
+            )
+        self.tokenizer_path = str(path)
+        self.use_tokenizer(load_tokenizer(path))

@@ -1,4 +1,4 @@
-"""Length-bucketed batching and padding for token sequences, and the token-id dataset they batch
+"""Length-bucketed batching and padding for token sequences, and the token-id datasets they batch
 (shared by the text DataModules)."""
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -191,3 +191,46 @@ class TokenDataset(torch.utils.data.Dataset):
         128 single reads (a CPU cost that weighs on a GPU run, whose steps take tens of ms)."""
         ids = [self.ids[i] for i in indices] if isinstance(self.ids, list) else self.ids[indices]
         return list(zip(ids, [self.labels[i] for i in indices], strict=True))
+
+
+class QuestionPairDataset(torch.utils.data.Dataset):
+    """Encoded question pairs: token ids and segment ids per example, plus labels; batches are
+    padded with `pad_id`."""
+
+    def __init__(
+        self,
+        ids: list[torch.Tensor],
+        segments: list[torch.Tensor],
+        labels: torch.Tensor,
+        pad_id: int,
+    ) -> None:
+        self.ids, self.segments, self.labels, self.pad_id = ids, segments, labels, pad_id
+        self.lengths = torch.tensor([len(s) for s in ids])
+
+    @classmethod
+    def from_flat(
+        cls, flat: dict[str, torch.Tensor], labels: list[int], pad_id: int
+    ) -> "QuestionPairDataset":
+        """From the concatenated ids and segments of all pairs plus their lengths. The pairs are
+        views of the two flat tensors: a dataset sent to DDP worker processes shares 2 storages, not
+        one (and one file descriptor) per pair; a pickle of 20k small tensors also loads ~100x
+        slower than the flat ones."""
+        lengths = flat["lengths"].tolist()
+        ids, segments = flat["ids"].split(lengths), flat["segments"].split(lengths)
+        return cls(list(ids), list(segments), torch.tensor(labels), pad_id)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, index: int) -> int:
+        return index  # the collate function gathers whole batches
+
+    def collate(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        input_ids, mask = pad_sequences([self.ids[i] for i in indices], self.pad_id)  # (B, T)
+        segment_ids, _ = pad_sequences([self.segments[i] for i in indices], 0)  # (B, T)
+        return {
+            "input_ids": input_ids,
+            "segment_ids": segment_ids,
+            "mask": mask,
+            "labels": self.labels[indices],
+        }

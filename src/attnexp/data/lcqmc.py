@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 from tokenizers import Tokenizer
-from torch.utils.data import Dataset
 
 from attnexp.data.base import (
     BucketBatching,
@@ -29,7 +28,7 @@ from attnexp.data.base import (
     data_hash,
     fingerprint,
 )
-from attnexp.data.batching import pad_sequences
+from attnexp.data.batching import QuestionPairDataset, pad_sequences
 from attnexp.data.caches import trained_tokenizer
 from attnexp.data.chinese import TOKEN_PATTERN, PairTokenizer, check_pair_len
 from attnexp.data.splits import check_sides, random_split
@@ -86,49 +85,6 @@ def _read_pairs(path: Path) -> Pairs:
     if not labels:
         raise ConfigError(f"{path}: no sentence pairs in the file")
     return texts_a, texts_b, labels
-
-
-class QuestionPairDataset(Dataset):
-    """Encoded question pairs: token ids and segment ids per example, plus labels; batches are
-    padded with `pad_id`."""
-
-    def __init__(
-        self,
-        ids: list[torch.Tensor],
-        segments: list[torch.Tensor],
-        labels: torch.Tensor,
-        pad_id: int,
-    ) -> None:
-        self.ids, self.segments, self.labels, self.pad_id = ids, segments, labels, pad_id
-        self.lengths = torch.tensor([len(s) for s in ids])
-
-    @classmethod
-    def from_flat(
-        cls, flat: dict[str, torch.Tensor], labels: list[int], pad_id: int
-    ) -> "QuestionPairDataset":
-        """From the concatenated ids and segments of all pairs plus their lengths. The pairs are
-        views of the two flat tensors: a dataset sent to DDP worker processes shares 2 storages, not
-        one (and one file descriptor) per pair; a pickle of 20k small tensors also loads ~100x
-        slower than the flat ones."""
-        lengths = flat["lengths"].tolist()
-        ids, segments = flat["ids"].split(lengths), flat["segments"].split(lengths)
-        return cls(list(ids), list(segments), torch.tensor(labels), pad_id)
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __getitem__(self, index: int) -> int:
-        return index  # the collate function gathers whole batches
-
-    def collate(self, indices: list[int]) -> dict[str, torch.Tensor]:
-        input_ids, mask = pad_sequences([self.ids[i] for i in indices], self.pad_id)  # (B, T)
-        segment_ids, _ = pad_sequences([self.segments[i] for i in indices], 0)  # (B, T)
-        return {
-            "input_ids": input_ids,
-            "segment_ids": segment_ids,
-            "mask": mask,
-            "labels": self.labels[indices],
-        }
 
 
 class LCQMCDataModule(BucketedDataModule):
