@@ -221,6 +221,7 @@ SCHEMA: dict[str, dict[str, Rule]] = {
         "num_workers": COUNT,
         "pool_batches": POSITIVE,
         "bag_size": POSITIVE,
+        "label_rule": Word(choices=("largest", "parity")),
         "min_bag_size": POSITIVE,
         "eval_bag_sizes": ListOf(item=POSITIVE),
         "eval_variable_max": COUNT,  # 0: no variable-size test set

@@ -182,7 +182,7 @@ def test_one_bag_batches_are_refused_for_a_model_with_batchnorm(data_dir):
             "min_bag_size=3 is larger than data.bag_size=2",
         ),
         ({"val_fraction": 1.5}, "val_fraction=1.5 must be a number > 0 and < 1"),
-        ({"label_rule": "max"}, "label rule 'max' is not one of largest, parity"),
+        ({"label_rule": "max"}, "data.label_rule='max' must be 'largest' or 'parity'"),
         # wrong types used to stop with a bare TypeError / ValueError naming no setting
         ({"val_fraction": "abc"}, r"data.val_fraction='abc' must be a number > 0 and < 1"),
         (

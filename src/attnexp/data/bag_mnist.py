@@ -9,7 +9,7 @@ from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
 from torch.nn.modules.batchnorm import _BatchNorm  # BatchNorm1d/2d/3d and SyncBatchNorm
 from torch.utils.data import DataLoader
 
-from attnexp.data.bags import BagPool, FixedBags, RandomBags, check_rule
+from attnexp.data.bags import BagPool, FixedBags, RandomBags
 from attnexp.data.base import AttnDataModule, Batching, check_settings, data_hash, fingerprint
 from attnexp.data.mnist import IMAGE_SIZE, load_mnist
 from attnexp.data.resumable import ResumableLoader
@@ -99,10 +99,10 @@ class BagMNISTDataModule(AttnDataModule):
             num_eval_bags=num_eval_bags,
             shift=shift,
             on_device=on_device,
+            label_rule=label_rule,
             # in code, no extra test set may also be said as []
             **({} if eval_bag_sizes in ([], ()) else {"eval_bag_sizes": eval_bag_sizes}),
         )
-        check_rule(label_rule)
         super().__init__(data_dir, source, Batching.of(self, batching))
         if on_device is True and self.num_workers > 0:
             raise ConfigError(
