@@ -85,8 +85,9 @@ class Batching:
                 near = difflib.get_close_matches(key, takes, n=1)
                 hint = f"did you mean data.{near[0]}? " if near else ""
                 raise ConfigError(
-                    f"data.{key}: {type(owner).__name__} takes no setting '{key}' ({hint}it "
-                    f"takes: {', '.join(takes)})"
+                    f"data.{key}: {type(owner).__name__} takes no setting '{key}' (it takes: "
+                    f"{', '.join(takes)}); {hint}a key added with + is passed to it (drop "
+                    f"+data.{key}=...)"
                 )
         batching = cls(**{**defaults, **given})
         check_settings(**{k: v for k, v in vars(batching).items() if v is not None})
