@@ -175,21 +175,24 @@ def test_one_bag_batches_are_refused_for_a_model_with_batchnorm(data_dir):
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({"bag_size": 0}, r"data.bag_size=0 must be a positive integer"),
-        ({"batch_size": 0}, r"data.batch_size=0 must be a positive integer"),
+        ({"bag_size": 0}, r"data.bag_size=0 must be a whole number >= 1"),
+        ({"batch_size": 0}, r"data.batch_size=0 must be a whole number >= 1"),
         (
             {"variable": True, "bag_size": 2, "min_bag_size": 3},
             "min_bag_size=3 is larger than data.bag_size=2",
         ),
-        ({"val_fraction": 1.5}, "val_fraction=1.5 must be between 0 and 1"),
-        ({"label_rule": "max"}, "label rule 'max' is not one of largest, parity"),
+        ({"val_fraction": 1.5}, "val_fraction=1.5 must be a number > 0 and < 1"),
+        ({"label_rule": "max"}, "data.label_rule='max' must be 'largest' or 'parity'"),
         # wrong types used to stop with a bare TypeError / ValueError naming no setting
-        ({"val_fraction": "abc"}, r"data.val_fraction=abc must be between 0 and 1"),
-        ({"eval_bag_sizes": "abc"}, r"data.eval_bag_sizes=abc: every test bag size must be a"),
-        ({"eval_variable_max": "abc"}, r"data.eval_variable_max=abc must be a whole number >= 0"),
+        ({"val_fraction": "abc"}, r"data.val_fraction='abc' must be a number > 0 and < 1"),
+        (
+            {"eval_bag_sizes": "abc"},
+            r"data.eval_bag_sizes='abc' must be a non-empty list, each item a whole",
+        ),
+        ({"eval_variable_max": "abc"}, r"data.eval_variable_max='abc' must be a whole number >= 0"),
         ({"num_workers": -1}, r"data.num_workers=-1 must be a whole number >= 0"),  # failed in fit
         ({"shift": -1}, r"data.shift=-1 must be a whole number >= 0 \(set data.shift=\.\.\.\)"),
-        ({"on_device": "yes"}, r"data.on_device='yes' is not one of auto, true, false"),
+        ({"on_device": "yes"}, r"data.on_device='yes' must be 'auto' or true or false"),
         ({"on_device": True, "num_workers": 2}, r"data.on_device=true .*data.num_workers=0"),
     ],
 )

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from attnexp.data.base import changed_splits, data_hash, fingerprint
@@ -27,3 +28,20 @@ def test_data_hash_and_changed_splits():
     now = {"train": "1", "val": "2", "test": "3"}
     assert changed_splits({"train": "1", "val": "9"}, now) == ["val"]
     assert changed_splits(None, now) == []
+
+
+def test_batching_keys_are_checked_from_the_schema_and_unknown_ones_named(tmp_path):
+    from attnexp.data.bag_mnist import BagMNISTDataModule
+    from attnexp.data.base import BucketBatching
+    from attnexp.data.imdb import IMDBDataModule
+    from attnexp.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"data.pool_batches=0 must be a whole number >= 1"):
+        IMDBDataModule(str(tmp_path), pool_batches=0)
+    # A key no constructor of the class names: refused with the nearest one and every setting.
+    with pytest.raises(ConfigError, match=r"data.pool_batch: .*did you mean data.pool_batches\?"):
+        IMDBDataModule(str(tmp_path), pool_batch=5)
+    with pytest.raises(ConfigError, match=r"data.pool_batches: .*it takes: .*bag_size.*seed"):
+        BagMNISTDataModule(str(tmp_path), pool_batches=5)  # bags are not length-bucketed
+    assert BucketBatching(batch_size=8).size(train=False) == 8  # no eval_batch_size: batch_size
+    assert BucketBatching(batch_size=8, eval_batch_size=32).size(train=False) == 32

@@ -35,17 +35,17 @@ def test_local_parquet_splits_stratified(tmp_path):
     dm = make_dm(tmp_path, val_fraction=0.2)
     dm.setup("fit")
     assert dm.source == "local"
-    sizes = {s: len(dm.splits[s]) for s in ("train", "val", "test")}
+    sizes = {s: len(dm.datasets[s]) for s in ("train", "val", "test")}
     assert sizes == {"train": 48, "val": 12, "test": 20}
     # The local file is sorted by label: a contiguous slice would give one label only.
-    assert Counter(dm.splits["val"].labels) == {0: 6, 1: 6}
-    assert max(len(ids) for ids in dm.splits["train"].ids) <= 20
+    assert Counter(dm.datasets["val"].labels) == {0: 6, 1: 6}
+    assert max(len(ids) for ids in dm.datasets["train"].ids) <= 20
     assert dm.model_kwargs["vocab_size"] == dm.tokenizer.get_vocab_size()
     # The test loader reads the test reviews, not the dev ones (the test metrics would be val's).
     batches = list(dm.test_dataloader())
     assert sum(len(b["labels"]) for b in batches) == 20
     tested = {tuple(row[row != 0].tolist()) for b in batches for row in b["input_ids"]}  # unpadded
-    assert tested.isdisjoint(tuple(ids) for ids in dm.splits["val"].ids)
+    assert tested.isdisjoint(tuple(ids) for ids in dm.datasets["val"].ids)
 
 
 def test_split_seed_fixes_the_dev_reviews_across_run_seeds(tmp_path):
@@ -54,7 +54,7 @@ def test_split_seed_fixes_the_dev_reviews_across_run_seeds(tmp_path):
     def dev_texts(**kwargs) -> list[str]:
         dm = make_dm(tmp_path, val_fraction=0.2, **kwargs)
         dm.setup("fit")
-        return sorted(dm.tokenizer.decode(list(ids)) for ids in dm.splits["val"].ids)
+        return sorted(dm.tokenizer.decode(list(ids)) for ids in dm.datasets["val"].ids)
 
     by_seed = {seed: dev_texts(seed=seed) for seed in (0, 1)}
     assert by_seed[0] != by_seed[1]  # null (the default): each run seed its own dev reviews
@@ -69,19 +69,19 @@ def test_val_split_blocks_and_bad_value(tmp_path):
     folder = write_imdb(tmp_path / "data", num_train=60, num_test=20)
     dm = make_dm(tmp_path, val_fraction=0.2, val_split="blocks")
     dm.setup("fit")
-    assert Counter(dm.splits["val"].labels) == {0: 6, 1: 6}
+    assert Counter(dm.datasets["val"].labels) == {0: 6, 1: 6}
     # Each label's 30 reviews make one run (runs of 250), so the 6 held out of each label are its
     # first 6 in file order: rows 0-5 and 30-35 (held out one by one, they would be scattered).
     texts = pq.read_table(folder / "train.parquet")["text"].to_pylist()
     held = [texts[i] for i in [*range(6), *range(30, 36)]]
-    assert [list(ids) for ids in dm.splits["val"].ids] == encode_texts(dm.tokenizer, held, 20)
+    assert [list(ids) for ids in dm.datasets["val"].ids] == encode_texts(dm.tokenizer, held, 20)
     # Runs of 5 (data.val_block=5): each label's 6 held-out reviews are one whole run of 5 and the
     # first review of another run, never 6 scattered reviews.
     dm = make_dm(tmp_path, val_fraction=0.2, val_split="blocks", val_block=5)
     dm.setup("fit")
     row_of = {tuple(ids): i for i, ids in enumerate(encode_texts(dm.tokenizer, texts, 20))}
     assert len(row_of) == len(texts)  # every review encodes differently: rows are identifiable
-    held = [row_of[tuple(ids)] for ids in dm.splits["val"].ids]
+    held = [row_of[tuple(ids)] for ids in dm.datasets["val"].ids]
     for label_start in (0, 30):
         runs = Counter((r - label_start) // 5 for r in held if label_start <= r < label_start + 30)
         assert sorted(runs.values()) == [1, 5]
@@ -91,7 +91,7 @@ def test_val_split_blocks_and_bad_value(tmp_path):
     with pytest.raises(ConfigError, match="data.val_split"):
         make_dm(tmp_path, val_split="movies")
     for bad in (0, -3, 2.5):
-        with pytest.raises(ConfigError, match=rf"data.val_block={bad} must be a positive integer"):
+        with pytest.raises(ConfigError, match=rf"data.val_block={bad} must be a whole number >= 1"):
             make_dm(tmp_path, val_split="blocks", val_block=bad)
     with pytest.raises(ConfigError, match="data.val_from"):
         make_dm(tmp_path, val_from="dev")
@@ -102,9 +102,11 @@ def test_val_from_test_trains_on_all_training_reviews(tmp_path, caplog):
     dm = make_dm(tmp_path, val_fraction=0.5, val_from="test")
     with caplog.at_level(logging.WARNING):
         dm.setup("fit")
-    sizes = {s: len(dm.splits[s]) for s in ("train", "val", "test")}
+    sizes = {s: len(dm.datasets[s]) for s in ("train", "val", "test")}
     assert sizes == {"train": 60, "val": 20, "test": 20}
-    assert Counter(dm.splits["val"].labels) == Counter(dm.splits["test"].labels) == {0: 10, 1: 10}
+    assert (
+        Counter(dm.datasets["val"].labels) == Counter(dm.datasets["test"].labels) == {0: 10, 1: 10}
+    )
     assert "val_from=test" in caplog.text
     assert "takes 20 of the 40 test reviews; the test metrics cover the other 20" in caplog.text
 
@@ -113,13 +115,13 @@ def test_train_fraction_keeps_a_stratified_share_of_the_training_reviews(tmp_pat
     write_imdb(tmp_path / "data", num_train=60, num_test=40)
     dm = make_dm(tmp_path, val_fraction=0.2, train_fraction=0.5)
     dm.setup("fit")
-    assert Counter(dm.splits["train"].labels) == {0: 12, 1: 12}  # half of the 48 left by val
-    assert len(dm.splits["val"]) == 12 and len(dm.splits["test"]) == 40
+    assert Counter(dm.datasets["train"].labels) == {0: 12, 1: 12}  # half of the 48 left by val
+    assert len(dm.datasets["val"]) == 12 and len(dm.datasets["test"]) == 40
 
     def trained_on(seed: int) -> list:
         dm = make_dm(tmp_path, val_fraction=0.2, train_fraction=0.5, seed=seed, split_seed=7)
         dm.setup("fit")
-        return sorted(dm.tokenizer.decode(list(ids)) for ids in dm.splits["train"].ids)
+        return sorted(dm.tokenizer.decode(list(ids)) for ids in dm.datasets["train"].ids)
 
     # The share is drawn from the split seed, as the dev reviews are: every run seed trains on it.
     assert trained_on(0) == trained_on(1)
@@ -134,14 +136,14 @@ def test_train_fraction_with_val_from_test_trains_on_a_val_from_train_runs_revie
     port = make_dm(tmp_path, val_fraction=0.5, val_from="test", train_fraction=0.9, seed=seed)
     for dm in (default, port):
         dm.setup("fit")
-    assert len(port.splits["train"]) == 54
+    assert len(port.datasets["train"]) == 54
     assert port.tokenizer.get_vocab() == default.tokenizer.get_vocab()
-    assert port.splits["train"].ids == default.splits["train"].ids
+    assert port.datasets["train"].ids == default.datasets["train"].ids
 
 
 @pytest.mark.parametrize("bad", [0, -0.1, 1.5, True, "half"])
 def test_train_fraction_outside_0_1_is_refused(tmp_path, bad):
-    with pytest.raises(ConfigError, match=r"data.train_fraction=.* between 0 \(exclusive\) and 1"):
+    with pytest.raises(ConfigError, match=r"data.train_fraction=.* must be a number > 0 and <= 1"):
         make_dm(tmp_path, train_fraction=bad)
 
 
@@ -163,7 +165,7 @@ def test_acl_folder_layout(tmp_path):
                 (root / split / name / f"{i}_7.txt").write_text(f"{text} {i}")
     dm = make_dm(tmp_path, val_fraction=0.2)
     dm.setup("fit")
-    assert dm.source == "local" and len(dm.splits["test"]) == 10 and len(dm.splits["val"]) == 2
+    assert dm.source == "local" and len(dm.datasets["test"]) == 10 and len(dm.datasets["val"]) == 2
     # Reviews in id order (as in the parquet copies), not in name order (0, 10, 100, 11, 2).
     texts = dm.load_local(root.parent)["test"]["text"]
     assert [int(t.rsplit(" ", 1)[1]) for t in texts] == [0, 2, 10, 11, 100] * 2
@@ -231,9 +233,9 @@ def test_bucketed_loader_yields_every_review_once(tmp_path):
     dm.setup("fit")
     loader = dm.train_dataloader()
     seen = [i for batch in loader.batch_sampler for i in batch]
-    assert sorted(seen) == list(range(len(dm.splits["train"])))
+    assert sorted(seen) == list(range(len(dm.datasets["train"])))
     batches = list(loader)
-    assert sum(len(b["labels"]) for b in batches) == len(dm.splits["train"])
+    assert sum(len(b["labels"]) for b in batches) == len(dm.datasets["train"])
     for b in batches:
         assert b["input_ids"].shape == b["mask"].shape
         assert (b["input_ids"][~b["mask"]] == 0).all()  # padding is [PAD]
@@ -246,7 +248,7 @@ def test_batches_read_in_one_call_equal_single_reads(tmp_path):
     write_imdb(tmp_path / "data", num_train=70, num_test=10)
     dm = make_dm(tmp_path, val_fraction=0.1)
     dm.setup("fit")
-    dataset, loader = dm.splits["train"], dm.train_dataloader()
+    dataset, loader = dm.datasets["train"], dm.train_dataloader()
     for indices, batch in zip(loader.batch_sampler, loader, strict=True):
         singles = [dataset[i] for i in indices]
         assert dataset.__getitems__(indices) == singles
@@ -304,7 +306,7 @@ def test_the_cache_never_hands_one_settings_tokenizer_or_ids_to_another(tmp_path
     def built(**kwargs) -> tuple:
         dm = make_dm(tmp_path, **kwargs)
         dm.setup("fit")
-        return dm.tokenizer.to_str(), list(dm.splits["train"].ids)
+        return dm.tokenizer.to_str(), list(dm.datasets["train"].ids)
 
     default = built()  # fills the cache
     fresh = built(cache_dir=str(tmp_path / "empty"), **setting)
@@ -320,7 +322,7 @@ def test_artifacts_round_trip_and_raw_inputs(tmp_path):
     fresh = make_dm(tmp_path)
     fresh.load_artifacts(str(tmp_path / "run"))
     fresh.setup("predict")  # no data needed
-    assert fresh.splits is None and fresh.model_kwargs == dm.model_kwargs
+    assert fresh.datasets == {} and fresh.model_kwargs == dm.model_kwargs
     assert dm.model_kwargs["max_seq_len"] == 20  # the no-LSTM model's position table
     # a tokenizer the module already holds (data.tokenizer_path) gives way to the run's
     other = make_dm(tmp_path, vocab_size=12)
@@ -560,10 +562,10 @@ def test_a_tokenizer_with_other_special_ids_is_refused(tmp_path):
     "kwargs,match",
     [
         # after loading and splitting the data: TypeError from the tokenizer's size check
-        ({"vocab_size": "abc"}, r"data.vocab_size=abc must be a positive integer"),
-        ({"val_fraction": "abc"}, r"data.val_fraction=abc must be between 0 and 1"),
+        ({"vocab_size": "abc"}, r"data.vocab_size='abc' must be a whole number >= 1"),
+        ({"val_fraction": "abc"}, r"data.val_fraction='abc' must be a number > 0 and < 1"),
         ({"num_workers": -1}, r"data.num_workers=-1 must be a whole number >= 0"),
-        ({"split_seed": -1}, r"data.split_seed=-1 must be a whole number from 0 to 2\*\*32 - 1"),
+        ({"split_seed": -1}, r"data.split_seed=-1 must be a whole number from 0 to 4294967295"),
     ],
 )
 def test_wrong_types_and_counts_are_refused_before_loading(tmp_path, kwargs, match):

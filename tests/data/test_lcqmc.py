@@ -196,7 +196,7 @@ def test_missing_data_says_where_to_put_files(tmp_path):
     write_lcqmc(tmp_path / "data")
     with pytest.raises(ConfigError, match=r"no train.tsv in .*data.train_split=dev"):
         make_dm(tmp_path, train_split="train").setup()
-    with pytest.raises(ConfigError, match="data.train_split 'all' is not one of train, dev"):
+    with pytest.raises(ConfigError, match="data.train_split='all' must be 'train' or 'dev'"):
         make_dm(tmp_path, train_split="all")
 
 
@@ -367,11 +367,14 @@ def test_missing_or_broken_tokenizer_file(tmp_path):
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"max_seq_len": "abc"}, r"data.max_seq_len=abc must be a positive integer"),  # TypeError
-        ({"val_fraction": "abc"}, r"data.val_fraction=abc must be between 0 and 1"),
+        (
+            {"max_seq_len": "abc"},
+            r"data.max_seq_len='abc' must be a whole number >= 1",
+        ),  # TypeError
+        ({"val_fraction": "abc"}, r"data.val_fraction='abc' must be a number > 0 and < 1"),
         ({"num_workers": -1}, r"data.num_workers=-1 must be a whole number >= 0"),
-        ({"min_frequency": 0}, r"data.min_frequency=0 must be a positive integer"),
-        ({"eval_batch_size": 0}, r"data.eval_batch_size=0 must be a positive integer"),
+        ({"min_frequency": 0}, r"data.min_frequency=0 must be a whole number >= 1"),
+        ({"eval_batch_size": 0}, r"data.eval_batch_size=0 must be a whole number >= 1"),
         ({"source": "sample"}, r"data.source=sample: LCQMC has no embedded sample"),
     ],
 )

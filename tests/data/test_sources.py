@@ -192,7 +192,7 @@ def test_imdb_from_the_hub_equals_the_parquet_files(tmp_path, monkeypatch):
 def test_lcqmc_from_the_hub_equals_the_tsv_files(tmp_path, monkeypatch):
     folder = write_lcqmc(tmp_path / "data", {"train": 20, "dev": 10, "test": 10})
     dm = LCQMCDataModule(str(tmp_path / "nowhere"), source="hub")
-    local = dm._load_local(folder)
+    local = dm.load_local(folder)
     hub = datasets.DatasetDict(
         {
             HUB_SPLITS[split]: datasets.Dataset.from_dict(
@@ -202,5 +202,5 @@ def test_lcqmc_from_the_hub_equals_the_tsv_files(tmp_path, monkeypatch):
         }
     )
     asked = serve_hub(monkeypatch, "C-MTEB/LCQMC", hub)
-    assert dm._load_hub() == local
+    assert dm.load_hub() == local
     assert asked == ["train", "validation", "test"]

@@ -1,11 +1,11 @@
 import pytest
 from tokenizers import Tokenizer
 
+from attnexp.data.caches import default_cache_dir
 from attnexp.data.text import (
     PAD,
     PAD_ID,
     UNK_ID,
-    default_cache_dir,
     encode_texts,
     load_tokenizer,
     normalize_text,

@@ -106,8 +106,8 @@ def test_a_subclass_is_a_whole_dataset(tmp_path, monkeypatch):
     dm = make_topics(tmp_path)
     dm.setup("fit")
     assert dm.source == "local" and dm.model_kwargs["num_classes"] == 3
-    assert Counter(dm.splits["val"].labels) == {0: 3, 1: 3, 2: 3}  # stratified: 9 of 45
-    assert (len(dm.splits["train"]), len(dm.splits["test"])) == (36, 15)
+    assert Counter(dm.datasets["val"].labels) == {0: 3, 1: 3, 2: 3}  # stratified: 9 of 45
+    assert (len(dm.datasets["train"]), len(dm.datasets["test"])) == (36, 15)
     assert len(list((tmp_path / "cache" / "topics").glob("*.arrow"))) == 3
     batch = next(iter(dm.train_dataloader()))
     assert batch["input_ids"].shape[0] == 4 and batch["labels"].max() <= 2
@@ -163,7 +163,7 @@ def test_a_new_dataset_trains_and_predicts(compose_cfg, tmp_path):
     dm = instantiate_checked(OmegaConf.load(run / ".hydra" / "config.yaml").data)
     dm.load_artifacts(str(run))
     dm.setup("predict")
-    assert dm.splits is None and dm.model_kwargs["num_classes"] == 3
+    assert dm.datasets == {} and dm.model_kwargs["num_classes"] == 3
     batch = predictor_for(dm).encode_raw(
         [{"text": "The minister lost the vote"}, {"text": "goal " * 40}]
     )

@@ -1431,9 +1431,9 @@ def test_unknown_options_and_keys(compose_cfg, overrides, error, match):
 @pytest.mark.parametrize(
     "overrides,match",
     [
-        (["data.bag_size=0"], r"data.bag_size=0 must be a positive integer"),
-        (["data.num_eval_bags=0"], r"data.num_eval_bags=0 must be a positive integer"),
-        (["data.eval_bag_sizes=[0,3]"], r"data.eval_bag_sizes=\[0, 3\]: every test bag size"),
+        (["data.bag_size=0"], r"data.bag_size=0 must be a whole number >= 1"),
+        (["data.num_eval_bags=0"], r"data.num_eval_bags=0 must be a whole number >= 1"),
+        (["data.eval_bag_sizes=[0,3]"], r"data.eval_bag_sizes=\[0, 3\] must be a non-empty list"),
         (["model=bag_mlp", "scorer=dot"], r"model=bag_mlp has no attention scorer, so scorer=dot"),
         (
             ["model=bag_attn", "data=imdb"],

@@ -2,20 +2,19 @@
 
 import itertools
 import logging
-from collections.abc import Sequence
-from pathlib import Path
+from typing import Any
 
 import torch
 from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSamplerWrapper
 from torch.nn.modules.batchnorm import _BatchNorm  # BatchNorm1d/2d/3d and SyncBatchNorm
 from torch.utils.data import DataLoader
 
-from attnexp.data.bags import BagPool, FixedBags, RandomBags, check_rule
-from attnexp.data.base import AttnDataModule, data_hash, fingerprint
+from attnexp.data.bags import BagPool, FixedBags, RandomBags
+from attnexp.data.base import AttnDataModule, Batching, check_settings, data_hash, fingerprint
 from attnexp.data.mnist import IMAGE_SIZE, load_mnist
 from attnexp.data.resumable import ResumableLoader
 from attnexp.data.seeds import loader_generator
-from attnexp.errors import ConfigError, require_fraction, require_non_negative, require_positive
+from attnexp.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +55,8 @@ class BagMNISTDataModule(AttnDataModule):
     val_fraction: share of training images held out (fixed for the seed) for validation bags.
     eval_bag_sizes: extra fixed-size test sets, logged as test/acc_bag{n}.
     eval_variable_max: extra test set of bags of 1..n items, logged as test/acc_variable (0: none).
+    batch_size / num_workers / seed: bags per batch, loader processes, the seed of every draw
+        (`Batching`).
     num_train_bags: bags per training epoch (null: one per training image, as in the book, so
         10 epochs match its 10 epochs), in whole batches: the incomplete last batch is dropped.
     num_eval_bags: bags per val/test set (null: pool size // mean bag size).
@@ -69,6 +70,7 @@ class BagMNISTDataModule(AttnDataModule):
     """
 
     input_kind = "bags"
+    dataset_name = "MNIST"
     data_subdir = "mnist"
 
     def __init__(
@@ -79,68 +81,44 @@ class BagMNISTDataModule(AttnDataModule):
         variable: bool = False,
         min_bag_size: int = 1,
         label_rule: str = "largest",
-        batch_size: int = 128,
         val_fraction: float = 0.1,
         eval_bag_sizes: list[int] | tuple[int, ...] = tuple(range(1, 13)),
         eval_variable_max: int = 6,
         num_train_bags: int | None = None,
         num_eval_bags: int | None = None,
         shift: int = 0,
-        seed: int = 0,
-        num_workers: int = 0,
         on_device: bool | str = "auto",
+        **batching: Any,
     ) -> None:
-        super().__init__()
-        sizes = {"bag_size": bag_size, "min_bag_size": min_bag_size, "batch_size": batch_size}
-        sizes |= {"num_train_bags": num_train_bags, "num_eval_bags": num_eval_bags}
-        for key, value in sizes.items():
-            if value is not None:  # the bag counts: null means the default
-                require_positive(f"data.{key}", value)
-        listed = isinstance(eval_bag_sizes, Sequence) and not isinstance(eval_bag_sizes, str)
-        if not listed or any(
-            isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in eval_bag_sizes
-        ):
-            shown = list(eval_bag_sizes) if listed else eval_bag_sizes
-            raise ConfigError(
-                f"data.eval_bag_sizes={shown}: every test bag size must be a whole number >= 1 "
-                f"(set data.eval_bag_sizes=[...])"
-            )
-        if type(eval_variable_max) is not int or eval_variable_max < 0:
-            raise ConfigError(
-                f"data.eval_variable_max={eval_variable_max} must be a whole number >= 0 (0: no "
-                f"variable-size test set; set data.eval_variable_max=...)"
-            )
-        require_non_negative("data.num_workers", num_workers)
-        require_non_negative("data.shift", shift)
-        if on_device != "auto" and type(on_device) is not bool:
-            raise ConfigError(
-                f"data.on_device={on_device!r} is not one of auto, true, false (set "
-                f"data.on_device=...)"
-            )
-        if on_device is True and num_workers > 0:
+        check_settings(
+            bag_size=bag_size,
+            min_bag_size=min_bag_size,
+            val_fraction=val_fraction,
+            eval_variable_max=eval_variable_max,
+            num_train_bags=num_train_bags,
+            num_eval_bags=num_eval_bags,
+            shift=shift,
+            on_device=on_device,
+            label_rule=label_rule,
+            # in code, no extra test set may also be said as []
+            **({} if eval_bag_sizes in ([], ()) else {"eval_bag_sizes": eval_bag_sizes}),
+        )
+        super().__init__(data_dir, source, Batching.of(self, batching))
+        if on_device is True and self.num_workers > 0:
             raise ConfigError(
                 f"data.on_device=true draws the bags on the training device, which "
-                f"data.num_workers={num_workers} worker processes cannot share (set "
+                f"data.num_workers={self.num_workers} worker processes cannot share (set "
                 f"data.num_workers=0 or data.on_device=false)"
             )
         if variable and min_bag_size > bag_size:
             raise ConfigError(
                 f"data.min_bag_size={min_bag_size} is larger than data.bag_size={bag_size}"
             )
-        require_fraction("data.val_fraction", val_fraction)
-        check_rule(label_rule)
-        self.data_dir, self.source_request = Path(data_dir), source
         self.bag_size, self.variable, self.min_bag_size = bag_size, variable, min_bag_size
-        self.label_rule, self.batch_size = label_rule, batch_size
-        self.val_fraction, self.num_train_bags, self.num_eval_bags = (
-            val_fraction,
-            num_train_bags,
-            num_eval_bags,
-        )
+        self.label_rule, self.val_fraction = label_rule, val_fraction
         self.eval_bag_sizes = [int(n) for n in eval_bag_sizes]
-        self.eval_variable_max = eval_variable_max
-        self.shift, self.seed, self.num_workers = shift, seed, num_workers
-        self.on_device = on_device
+        self.eval_variable_max, self.shift, self.on_device = eval_variable_max, shift, on_device
+        self.num_train_bags, self.num_eval_bags = num_train_bags, num_eval_bags
         self.splits: dict | None = None
         self._device_splits: dict[tuple[str, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
         self.batch_norm = False  # whether the model has BatchNorm (set by adapt_to)

@@ -18,8 +18,9 @@ from torch.utils.data import Dataset, Sampler
 
 from attnexp.data.seeds import epoch_seed
 from attnexp.errors import ConfigError
+from attnexp.schema import rule_for
 
-LABEL_RULES = ("largest", "parity")
+LABEL_RULES = rule_for("data.label_rule").choices
 # item indices (B, T), mask (B, T), and for shifted training digits their moves (B, T, 2)
 Bags = tuple[torch.Tensor, ...]
 SHIFT_STREAM = 1  # epoch_seed stream of the shifts: the bags' own draws stay as they were

@@ -1,15 +1,27 @@
 """What every attnexp DataModule offers the runner besides Lightning's hooks."""
 
+import difflib
 import hashlib
+import inspect
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from omegaconf import OmegaConf
+from tokenizers import Tokenizer
+from torch.utils.data import DataLoader
 
+from attnexp.data.batching import bucketed_loader
+from attnexp.data.caches import cache_folder, cached_flat_ids
 from attnexp.data.resumable import ResumableLoader
-from attnexp.data.sources import planned
+from attnexp.data.sources import planned, resolve
+from attnexp.data.text import TOKENIZER_FILE, load_tokenizer, save_tokenizer
+from attnexp.errors import ConfigError
+from attnexp.schema import rule_for
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +57,73 @@ def changed_splits(recorded: dict | None, now: dict[str, str]) -> list[str]:
     return [name for name in now if name in recorded and recorded[name] != now[name]]
 
 
+def check_settings(**values: object) -> None:
+    """Each `data.<key>` within the range `attnexp.schema` declares for it. The command line checks
+    a composed config so before torch loads; this checks a DataModule built in code."""
+    for key, value in values.items():
+        value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+        rule_for(f"data.{key}").check(f"data.{key}", value)
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How a DataModule batches: the keys `data.batch_size`, `num_workers` and `seed` (the batch
+    orders, and what else the DataModule draws)."""
+
+    batch_size: int = 128
+    num_workers: int = 0
+    seed: int = 0
+
+    @classmethod
+    def of(cls, owner: object, given: dict[str, Any], **defaults: Any) -> "Batching":
+        """From the keys a DataModule's constructor did not name itself (`given`), over its own
+        `defaults`; a key that is no setting of `owner` is refused with the nearest one."""
+        names = [f.name for f in fields(cls)]
+        for key in given:
+            if key not in names:
+                takes = [*settings_of(type(owner)), *names]
+                near = difflib.get_close_matches(key, takes, n=1)
+                hint = f"did you mean data.{near[0]}? " if near else ""
+                raise ConfigError(
+                    f"data.{key}: {type(owner).__name__} takes no setting '{key}' (it takes: "
+                    f"{', '.join(takes)}); {hint}a key added with + is passed to it (drop "
+                    f"+data.{key}=...)"
+                )
+        batching = cls(**{**defaults, **given})
+        check_settings(**{k: v for k, v in vars(batching).items() if v is not None})
+        return batching
+
+
+def settings_of(cls: type) -> list[str]:
+    """The keyword arguments the constructors of `cls` and its bases name."""
+    named = [
+        parameter
+        for base in cls.__mro__
+        if "__init__" in vars(base)
+        for parameter in inspect.signature(base.__init__).parameters.values()
+    ]
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return list(
+        dict.fromkeys(
+            p.name for p in named if p.kind in kinds and p.name not in ("self", "batching")
+        )
+    )
+
+
+@dataclass(frozen=True)
+class BucketBatching(Batching):
+    """Length-bucketed batches (`attnexp.data.batching`): besides `Batching`'s keys,
+    `data.eval_batch_size` (null: batch_size) and `pool_batches` (batches sorted by length
+    together)."""
+
+    eval_batch_size: int | None = None
+    pool_batches: int = 50
+
+    def size(self, train: bool) -> int:
+        eval_size = self.batch_size if self.eval_batch_size is None else self.eval_batch_size
+        return self.batch_size if train else eval_size
+
+
 class AttnDataModule(pl.LightningDataModule):
     """Base class.
 
@@ -52,17 +131,20 @@ class AttnDataModule(pl.LightningDataModule):
     draws predictions per kind), fill `source` during setup ("local" | "hub" | "sample") and
     provide `model_kwargs` (runtime sizes such as num_classes or vocab_size), `test_set_names`
     (extra test sets after the main one) and the probe batch whose attention is drawn.
-    Those that read `<data_dir>/<data_subdir>/` set `data_subdir` and keep `data_dir` and
-    `source_request` (the `data.source` setting), so `planned_source` can tell before loading.
+    Those that read `<data_dir>/<data_subdir>/` set `data_subdir` (and `dataset_name`, how
+    messages name it) and read their sources with `load_raw`; `planned_source` tells which one
+    before loading. `batching`: the `data.batch_size`, `num_workers` and `seed` keys.
     """
 
     input_kind: str = ""
+    dataset_name: str = ""  # how messages and logs name it
     data_subdir: str | None = None
     has_hub: bool = True
     has_sample: bool = True
 
-    def __init__(self) -> None:
+    def __init__(self, data_dir: str = ".", source: str = "auto", batching: Batching = Batching()):
         super().__init__()
+        self.data_dir, self.source_request, self.batching = Path(data_dir), source, batching
         self.source: str | None = None
         # What the DataModule decided for the user (e.g. a test set dropped), said at WARNING;
         # the runner records these in the run's metrics.json.
@@ -111,6 +193,41 @@ class AttnDataModule(pl.LightningDataModule):
         )
 
     @property
+    def seed(self) -> int:
+        return self.batching.seed
+
+    @property
+    def batch_size(self) -> int:
+        return self.batching.batch_size
+
+    @property
+    def num_workers(self) -> int:
+        return self.batching.num_workers
+
+    # --- sources: `load_raw` reads the one `data.source` picks ----------------------------------
+    def load_raw(self) -> Any:
+        """The dataset as read from `<data_dir>/<data_subdir>/`, the hub or the embedded sample
+        (`attnexp.data.sources.resolve`); sets `source`."""
+        raw, self.source = resolve(
+            self.dataset_name,
+            self.source_request,
+            self.data_dir / self.data_subdir,
+            self.load_local,
+            self.load_hub if self.has_hub else None,
+            self.load_sample if self.has_sample else None,
+        )
+        return raw
+
+    def load_local(self, folder: Path) -> Any:
+        raise NotImplementedError
+
+    def load_hub(self) -> Any:
+        raise NotImplementedError
+
+    def load_sample(self) -> Any:
+        raise NotImplementedError
+
+    @property
     def model_kwargs(self) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -144,3 +261,71 @@ class AttnDataModule(pl.LightningDataModule):
     def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor] | None:
         """A fixed batch whose attention is drawn every validation epoch (None: no figure)."""
         return None
+
+
+class BucketedDataModule(AttnDataModule):
+    """The skeleton of the token DataModules: `datasets` (stage -> a dataset with `lengths`, one
+    per example, and `collate`) in length-bucketed loaders, the token-id cache under
+    `<cache_dir>/<cache_subdir>/` and the run's `tokenizer.json`. A subclass fills `datasets`
+    in setup and says which tokenizer is the run's (`run_tokenizer`, `use_tokenizer`)."""
+
+    cache_subdir: str | None = None  # None: data_subdir
+
+    def __init__(
+        self, data_dir: str, source: str, cache_dir: str | None, batching: BucketBatching
+    ) -> None:
+        super().__init__(data_dir, source, batching)
+        self.cache_folder = cache_folder(cache_dir, self.cache_subdir or self.data_subdir)
+        self.datasets: dict[str, torch.utils.data.Dataset] = {}
+
+    def loader(self, stage: str) -> DataLoader:
+        dataset, train, batching = self.datasets[stage], stage == "train", self.batching
+        return bucketed_loader(
+            dataset,
+            torch.as_tensor(dataset.lengths).clamp(min=1),  # an empty text sorts with 1-token ones
+            batching.size(train),
+            train=train,
+            seed=batching.seed,
+            collate_fn=dataset.collate,
+            num_workers=batching.num_workers,
+            pool_batches=batching.pool_batches,
+            resume_at=self.resume_position() if train else None,
+            pin_memory=self.pins_memory(),
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self.loader("train")
+
+    def val_dataloader(self) -> DataLoader:
+        return self.loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self.loader("test")
+
+    def cached_ids(
+        self, name: str, build: Callable[[], dict[str, torch.Tensor]], rows: int, what: str
+    ) -> dict[str, torch.Tensor]:
+        """`build()`'s token ids of `rows` texts, laid end to end (`attnexp.data.caches`), cached
+        as `<cache folder>/<name>.pt`: `name` must hash everything that changes them."""
+        return cached_flat_ids(self.cache_folder / f"{name}.pt", build, rows, what)
+
+    def run_tokenizer(self) -> Tokenizer:
+        """The tokenizer the run's token ids mean (saved in the run dir)."""
+        raise NotImplementedError
+
+    def use_tokenizer(self, tokenizer: Tokenizer) -> None:
+        """Read text with a run's saved tokenizer from now on."""
+        raise NotImplementedError
+
+    def save_artifacts(self, run_dir: str) -> None:
+        """The run's `tokenizer.json`, so evaluate/predict read text exactly as training did."""
+        save_tokenizer(self.run_tokenizer(), run_dir)
+
+    def load_artifacts(self, run_dir: str) -> None:
+        path = Path(run_dir) / TOKENIZER_FILE
+        if not path.is_file():
+            raise ConfigError(
+                f"{run_dir}: no {TOKENIZER_FILE} (the run did not finish its setup; retrain it)"
+            )
+        self.tokenizer_path = str(path)
+        self.use_tokenizer(load_tokenizer(path))

@@ -1,4 +1,4 @@
-"""Length-bucketed batching and padding for token sequences, and the token-id dataset they batch
+"""Length-bucketed batching and padding for token sequences, and the token-id datasets they batch
 (shared by the text DataModules)."""
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -164,8 +164,15 @@ def pad_sequences(
     return ids, mask
 
 
+def collate_tokens(examples: list[tuple[list[int], int]]) -> dict[str, torch.Tensor]:
+    ids, mask = pad_sequences([e[0] for e in examples], PAD_ID)
+    return {"input_ids": ids, "mask": mask, "labels": torch.tensor([e[1] for e in examples])}
+
+
 class TokenDataset(torch.utils.data.Dataset):
     """(token ids, label) pairs from the tokenized HF dataset (`tokenize_dataset`)."""
+
+    collate = staticmethod(collate_tokens)  # a batch of what `__getitems__` gives
 
     def __init__(self, encoded: "Dataset", labels: list[int]) -> None:
         # datasets >= 4 gives a lazy column, read from Arrow on indexing; older versions a list.
@@ -186,6 +193,44 @@ class TokenDataset(torch.utils.data.Dataset):
         return list(zip(ids, [self.labels[i] for i in indices], strict=True))
 
 
-def collate_tokens(examples: list[tuple[list[int], int]]) -> dict[str, torch.Tensor]:
-    ids, mask = pad_sequences([e[0] for e in examples], PAD_ID)
-    return {"input_ids": ids, "mask": mask, "labels": torch.tensor([e[1] for e in examples])}
+class QuestionPairDataset(torch.utils.data.Dataset):
+    """Encoded question pairs: token ids and segment ids per example, plus labels; batches are
+    padded with `pad_id`."""
+
+    def __init__(
+        self,
+        ids: list[torch.Tensor],
+        segments: list[torch.Tensor],
+        labels: torch.Tensor,
+        pad_id: int,
+    ) -> None:
+        self.ids, self.segments, self.labels, self.pad_id = ids, segments, labels, pad_id
+        self.lengths = torch.tensor([len(s) for s in ids])
+
+    @classmethod
+    def from_flat(
+        cls, flat: dict[str, torch.Tensor], labels: list[int], pad_id: int
+    ) -> "QuestionPairDataset":
+        """From the concatenated ids and segments of all pairs plus their lengths. The pairs are
+        views of the two flat tensors: a dataset sent to DDP worker processes shares 2 storages, not
+        one (and one file descriptor) per pair; a pickle of 20k small tensors also loads ~100x
+        slower than the flat ones."""
+        lengths = flat["lengths"].tolist()
+        ids, segments = flat["ids"].split(lengths), flat["segments"].split(lengths)
+        return cls(list(ids), list(segments), torch.tensor(labels), pad_id)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, index: int) -> int:
+        return index  # the collate function gathers whole batches
+
+    def collate(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        input_ids, mask = pad_sequences([self.ids[i] for i in indices], self.pad_id)  # (B, T)
+        segment_ids, _ = pad_sequences([self.segments[i] for i in indices], 0)  # (B, T)
+        return {
+            "input_ids": input_ids,
+            "segment_ids": segment_ids,
+            "mask": mask,
+            "labels": self.labels[indices],
+        }

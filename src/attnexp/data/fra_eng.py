@@ -21,11 +21,12 @@ import random
 import zipfile
 from pathlib import Path
 
-from attnexp.data.sources import resolve, sample_path
+from attnexp.data.base import check_settings
+from attnexp.data.sources import sample_path
 from attnexp.data.text import read_lines
 from attnexp.data.translation import TranslationDataModule, length_filter
 from attnexp.data.translation_text import normalize_sentence, overlap_key
-from attnexp.errors import ConfigError, require_non_negative, require_positive
+from attnexp.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -128,11 +129,11 @@ class FraEngDataModule(TranslationDataModule):
 
     Args (besides TranslationDataModule's):
         val_sources, test_sources: distinct held-out sources drawn for validation and test.
-        split_seed: fixed, so every run seed tests on the same sources.
+        split_seed: fixed, so every run seed tests on the same sources (null: the run's seed).
         train_head: train on the first N pairs of the file (d2l's 600); null: every other source.
     """
 
-    data_subdir = "fra-eng"
+    dataset_name = data_subdir = "fra-eng"
     languages = ("en", "fr")
 
     def __init__(
@@ -140,29 +141,36 @@ class FraEngDataModule(TranslationDataModule):
         *args,
         val_sources: int = 1000,
         test_sources: int = 2000,
-        split_seed: int = 0,
+        split_seed: int | None = 0,
         train_head: int | None = None,
         **kwargs,
     ) -> None:
-        super().__init__(*args, **kwargs)
-        require_non_negative("data.split_seed", split_seed)
-        require_positive("data.val_sources", val_sources)
-        require_positive("data.test_sources", test_sources)
-        if train_head is not None:
-            require_positive("data.train_head", train_head)
-        self.val_sources, self.test_sources = val_sources, test_sources
-        self.split_seed, self.train_head = split_seed, train_head
-
-    def load_splits(self) -> dict[str, list[tuple[str, str]]]:
-        folder = self.data_dir / self.data_subdir
-        pairs, self.source = resolve(
-            "fra-eng",
-            self.source_request,
-            folder,
-            lambda f: read_fra(self._local_file(f)),
-            lambda: download_fra(self.cache_dir),
-            lambda: read_fra(sample_path(SAMPLE_NAME)),
+        check_settings(
+            val_sources=val_sources,
+            test_sources=test_sources,
+            split_seed=split_seed,
+            train_head=train_head,
         )
+        super().__init__(*args, **kwargs)
+        self.val_sources, self.test_sources, self.train_head = val_sources, test_sources, train_head
+        self.split_seed = self.seed if split_seed is None else split_seed
+
+    def load_local(self, folder: Path) -> list[tuple[str, str]]:
+        path = folder / FILE_NAME
+        if not path.is_file():
+            raise ConfigError(
+                f"fra-eng: no {FILE_NAME} in {folder} (put the manythings/d2l fra.txt there, "
+                f"English<TAB>French per line, or set paths.data_dir=<folder holding fra-eng/>)"
+            )
+        return read_fra(path)
+
+    def load_hub(self) -> list[tuple[str, str]]:
+        return download_fra(self.cache_folder.parent)  # the cache root: <cache_dir>/fra-eng/
+
+    def load_sample(self) -> list[tuple[str, str]]:
+        return read_fra(sample_path(SAMPLE_NAME))
+
+    def split_parts(self, pairs: list[tuple[str, str]]) -> dict[str, list[tuple[str, str]]]:
         if self.source == "sample":
             self.note(
                 f"fra-eng: the embedded sample ({len(pairs)} short pairs, CC-BY 2.0 Tatoeba / "
@@ -198,12 +206,3 @@ class FraEngDataModule(TranslationDataModule):
                 f"data.val_sources / data.test_sources lower to choose)"
             )
         return capped
-
-    def _local_file(self, folder: Path) -> Path:
-        path = folder / FILE_NAME
-        if not path.is_file():
-            raise ConfigError(
-                f"fra-eng: no {FILE_NAME} in {folder} (put the manythings/d2l fra.txt there, "
-                f"English<TAB>French per line, or set paths.data_dir=<folder holding fra-eng/>)"
-            )
-        return path

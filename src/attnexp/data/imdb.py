@@ -23,16 +23,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+from attnexp.data.base import check_settings
 from attnexp.data.splits import Split
 from attnexp.data.text import not_utf8
 from attnexp.data.text_classification import SPLITS, TextClassificationDataModule
-from attnexp.errors import ConfigError, require_positive
+from attnexp.errors import ConfigError
 
 log = logging.getLogger(__name__)
-
-VAL_SPLITS = ("random", "blocks")
-VAL_SOURCES = ("train", "test")
-
 
 REVIEW_FILE = re.compile(r"(\d+)_\d+\.txt")  # aclImdb's `<id>_<rating>.txt`
 
@@ -109,16 +106,8 @@ class IMDBDataModule(TextClassificationDataModule):
         val_from: str = "train",
         **kwargs: Any,
     ) -> None:
+        check_settings(val_split=val_split, val_block=val_block, val_from=val_from)
         super().__init__(data_dir, **kwargs)
-        for key, value, choices in (
-            ("val_split", val_split, VAL_SPLITS),
-            ("val_from", val_from, VAL_SOURCES),
-        ):
-            if value not in choices:
-                raise ConfigError(
-                    f"data.{key} '{value}' is not one of {', '.join(choices)} (set data.{key}=...)"
-                )
-        require_positive("data.val_block", val_block)
         self.val_split, self.val_block, self.val_from = val_split, val_block, val_from
 
     def load_local(self, folder: Path) -> dict[str, Split]:

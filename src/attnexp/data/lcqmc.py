@@ -13,45 +13,33 @@ validate on the rest (drawn from `split_seed`, 0 in conf/data/lcqmc.yaml: one sp
 seed), test on the official test set. Tokenizer, caches and settings: see `attnexp.data.text`.
 """
 
-import functools
 import itertools
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from tokenizers import Tokenizer
 
-from attnexp.data.base import AttnDataModule, data_hash, fingerprint
-from attnexp.data.batching import bucketed_loader, pad_sequences
+from attnexp.data.base import (
+    BucketBatching,
+    BucketedDataModule,
+    check_settings,
+    data_hash,
+    fingerprint,
+)
+from attnexp.data.batching import QuestionPairDataset, pad_sequences
+from attnexp.data.caches import trained_tokenizer
 from attnexp.data.chinese import TOKEN_PATTERN, PairTokenizer, check_pair_len
-from attnexp.data.sources import resolve
 from attnexp.data.splits import check_sides, random_split
-from attnexp.data.text import (
-    cache_folder,
-    cached,
-    fitting_flat_ids,
-    load_tokenizer,
-    not_utf8,
-    reused_tokenizer,
-    save_tokenizer,
-    texts_hash,
-    trained_tokenizer,
-)
-from attnexp.errors import (
-    ConfigError,
-    require_fraction,
-    require_non_negative,
-    require_positive,
-    require_seed,
-)
+from attnexp.data.text import not_utf8, reused_tokenizer, texts_hash
+from attnexp.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 HUB_NAME = "C-MTEB/LCQMC"
 HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 HUB_COLUMNS = ("sentence1", "sentence2", "score")
-TRAIN_SPLITS = ("train", "dev")
-TOKENIZER_FILE = "tokenizer.json"
 CACHE_FORMAT = "flat-v2"
 Pairs = tuple[list[str], list[str], list[int]]  # texts_a, texts_b, labels
 
@@ -99,43 +87,7 @@ def _read_pairs(path: Path) -> Pairs:
     return texts_a, texts_b, labels
 
 
-class PairDataset(Dataset):
-    """Encoded pairs: token ids and segment ids per example, plus labels."""
-
-    def __init__(
-        self, ids: list[torch.Tensor], segments: list[torch.Tensor], labels: torch.Tensor
-    ) -> None:
-        self.ids, self.segments, self.labels = ids, segments, labels
-        self.lengths = torch.tensor([len(s) for s in ids])
-
-    @classmethod
-    def from_flat(cls, flat: dict[str, torch.Tensor], labels: list[int]) -> "PairDataset":
-        """From the concatenated ids and segments of all pairs plus their lengths. The pairs are
-        views of the two flat tensors: a dataset sent to DDP worker processes shares 2 storages, not
-        one (and one file descriptor) per pair; a pickle of 20k small tensors also loads ~100x
-        slower than the flat ones."""
-        lengths = flat["lengths"].tolist()
-        ids, segments = flat["ids"].split(lengths), flat["segments"].split(lengths)
-        return cls(list(ids), list(segments), torch.tensor(labels))
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __getitem__(self, index: int) -> int:
-        return index  # the collate function gathers whole batches
-
-    def collate(self, indices: list[int], pad_id: int) -> dict[str, torch.Tensor]:
-        input_ids, mask = pad_sequences([self.ids[i] for i in indices], pad_id)  # (B, T)
-        segment_ids, _ = pad_sequences([self.segments[i] for i in indices], 0)  # (B, T)
-        return {
-            "input_ids": input_ids,
-            "segment_ids": segment_ids,
-            "mask": mask,
-            "labels": self.labels[indices],
-        }
-
-
-class LCQMCDataModule(AttnDataModule):
+class LCQMCDataModule(BucketedDataModule):
     """LCQMC pairs as `input_ids`, `segment_ids`, `mask` (B, T) and `labels` (B,) batches.
 
     Args:
@@ -145,13 +97,15 @@ class LCQMCDataModule(AttnDataModule):
         val_fraction / split_seed: the dev share held out for validation under train_split=dev,
             drawn from split_seed (null: the run's seed).
         max_seq_len: tokens per encoded pair, [CLS] and both [SEP] included (longest-first truncation).
-        batch_size / eval_batch_size: pairs per batch (length-bucketed).
+        batch_size / eval_batch_size / pool_batches / num_workers / seed: the length-bucketed
+            batches (`BucketBatching`).
         vocab_file: a BERT-style vocab.txt; null builds the vocabulary from the training split.
         min_frequency: a training token must occur this often to get its own id (else [UNK]).
         tokenizer_path / cache_dir: as for every text dataset (see `attnexp.data.text`).
     """
 
     input_kind = "pairs"
+    dataset_name = "lcqmc"
     data_subdir = "lcqmc"
     has_sample = False
 
@@ -163,52 +117,40 @@ class LCQMCDataModule(AttnDataModule):
         val_fraction: float = 0.1,
         split_seed: int | None = 0,
         max_seq_len: int = 128,
-        batch_size: int = 32,
-        eval_batch_size: int = 256,
         vocab_file: str | None = None,
         min_frequency: int = 1,
         cache_dir: str | None = None,
         tokenizer_path: str | None = None,
-        seed: int = 0,
-        num_workers: int = 0,
+        **batching: Any,
     ) -> None:
-        super().__init__()
-        if train_split not in TRAIN_SPLITS:
-            raise ConfigError(
-                f"data.train_split '{train_split}' is not one of {', '.join(TRAIN_SPLITS)} (set data.train_split=...)"
-            )
         if source == "sample":
             raise ConfigError(
-                "data.source=sample: LCQMC has no embedded sample (research-only data); use auto, local or hub"
+                "data.source=sample: LCQMC has no embedded sample (research-only data); use auto, "
+                "local or hub"
             )
-        require_fraction("data.val_fraction", val_fraction)
-        require_seed("data.split_seed", split_seed)
-        require_non_negative("data.num_workers", num_workers)
-        for key, value in (
-            ("max_seq_len", max_seq_len),
-            ("batch_size", batch_size),
-            ("eval_batch_size", eval_batch_size),
-            ("min_frequency", min_frequency),
-        ):
-            require_positive(f"data.{key}", value)
+        check_settings(
+            train_split=train_split,
+            val_fraction=val_fraction,
+            split_seed=split_seed,
+            max_seq_len=max_seq_len,
+            min_frequency=min_frequency,
+        )
         check_pair_len(max_seq_len)
-        self.data_dir, self.source_request, self.train_split = Path(data_dir), source, train_split
-        self.val_fraction, self.max_seq_len = val_fraction, max_seq_len
-        self.split_seed = seed if split_seed is None else split_seed
-        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
+        batching = BucketBatching.of(self, batching, batch_size=32, eval_batch_size=256)
+        super().__init__(data_dir, source, cache_dir, batching)
+        self.train_split, self.val_fraction = train_split, val_fraction
+        self.max_seq_len = max_seq_len
+        self.split_seed = self.seed if split_seed is None else split_seed
         self.vocab_file, self.min_frequency = vocab_file, min_frequency
         self.tokenizer_path = tokenizer_path
-        self.cache_folder = cache_folder(cache_dir, self.data_subdir)
-        self.seed, self.num_workers = seed, num_workers
         self.tokenizer: PairTokenizer | None = None
-        self.datasets: dict[str, PairDataset] | None = None
         self.texts: dict[str, Pairs] = {}
 
     # ---------------------------------------------------------------- loading
     def _needed_splits(self) -> tuple[str, ...]:
         return ("train", "dev", "test") if self.train_split == "train" else ("dev", "test")
 
-    def _load_local(self, folder: Path) -> dict[str, Pairs]:
+    def load_local(self, folder: Path) -> dict[str, Pairs]:
         files = {split: split_file(folder, split) for split in self._needed_splits()}
         missing = [s for s, f in files.items() if f is None]
         if missing:
@@ -223,7 +165,7 @@ class LCQMCDataModule(AttnDataModule):
             )
         return {split: read_pairs(path) for split, path in files.items()}
 
-    def _load_hub(self) -> dict[str, Pairs]:
+    def load_hub(self) -> dict[str, Pairs]:
         import datasets
 
         data = {}
@@ -233,21 +175,18 @@ class LCQMCDataModule(AttnDataModule):
             data[split] = (list(table[a]), list(table[b]), [int(x) for x in table[label]])
         return data
 
-    def _load_raw(self) -> dict[str, Pairs]:
+    def load_raw(self) -> dict[str, Pairs]:
         folder = self.data_dir / self.data_subdir
         plan = self.planned_source()  # None: no folder, the hub offline, and no sample to use
         if plan is None or (plan == "local" and not folder.is_dir()):
             raise ConfigError(
                 f"lcqmc: no data: {folder} does not exist and the HF hub is offline. Put "
-                f"{', '.join(f'{s}.tsv' for s in self._needed_splits())} (text_a<TAB>text_b<TAB>label) in "
-                f"{folder}, or set paths.data_dir=<folder holding lcqmc/>"
+                f"{', '.join(f'{s}.tsv' for s in self._needed_splits())} (text_a<TAB>text_b<TAB>"
+                f"label) in {folder}, or set paths.data_dir=<folder holding lcqmc/>"
             )
-        raw, self.source = resolve(
-            "lcqmc", self.source_request, folder, self._load_local, self._load_hub, None
-        )
-        return raw
+        return super().load_raw()
 
-    def _splits(self, raw: dict[str, Pairs]) -> dict[str, Pairs]:
+    def split_parts(self, raw: dict[str, Pairs]) -> dict[str, Pairs]:
         if self.train_split == "train":
             return {"train": raw["train"], "val": raw["dev"], "test": raw["test"]}
         a, b, y = raw["dev"]
@@ -269,19 +208,18 @@ class LCQMCDataModule(AttnDataModule):
         train_it = lambda: PairTokenizer.from_texts(texts, self.min_frequency).tokenizer  # noqa: E731
         return PairTokenizer(trained_tokenizer(self.cache_folder, texts, rules, train_it))
 
-    def _encode(self, name: str, pairs: Pairs) -> PairDataset:
+    def _encode_split(self, name: str, pairs: Pairs) -> QuestionPairDataset:
         """Encode a split once; reuse an earlier encoding of the same vocab + data."""
         key = texts_hash(
             [*pairs[0], *pairs[1]], CACHE_FORMAT, self.tokenizer.fingerprint(), self.max_seq_len
         )
-        flat = cached(
-            self.cache_folder / f"{name}-{key}.pt",
+        flat = self.cached_ids(
+            f"{name}-{key}",
             lambda: self._encode_flat(pairs),
-            lambda file: fitting_flat_ids(torch.load(file, weights_only=True), len(pairs[0])),
-            lambda value, file: torch.save(value, file),
+            len(pairs[0]),
             f"lcqmc {name} encodings",
         )
-        return PairDataset.from_flat(flat, pairs[2])
+        return QuestionPairDataset.from_flat(flat, pairs[2], self.tokenizer.pad_id)
 
     def _encode_flat(self, pairs: Pairs) -> dict[str, torch.Tensor]:
         ids, segments = self.tokenizer.encode_pairs(pairs[0], pairs[1], self.max_seq_len)
@@ -297,11 +235,11 @@ class LCQMCDataModule(AttnDataModule):
         if stage == "predict" and self.tokenizer_path:
             self.ensure_tokenizer()  # raw inputs only: no dataset needed
             return
-        if self.datasets is not None:
+        if self.datasets:
             return
-        raw = self._load_raw()
+        raw = self.load_raw()
         self.data_hash = data_hash(raw)
-        self.texts = self._splits(raw)
+        self.texts = self.split_parts(raw)
         classes = sorted(set(self.texts["train"][2]))
         if len(classes) < 2:  # it would train without an error and learn one answer
             raise ConfigError(
@@ -310,7 +248,9 @@ class LCQMCDataModule(AttnDataModule):
                 f"{self.source} data, data.train_split={self.train_split})"
             )
         self.tokenizer = self._build_tokenizer(self.texts["train"])
-        self.datasets = {name: self._encode(name, pairs) for name, pairs in self.texts.items()}
+        self.datasets = {
+            name: self._encode_split(name, pairs) for name, pairs in self.texts.items()
+        }
         self.fingerprints = {name: fingerprint(*pairs) for name, pairs in self.texts.items()}
         for name, (texts_a, texts_b, _) in self.texts.items():
             empty = sum(
@@ -353,46 +293,14 @@ class LCQMCDataModule(AttnDataModule):
             "max_seq_len": self.max_seq_len,
         }
 
-    def save_artifacts(self, run_dir: str) -> None:
-        """The tokenizer, so evaluate/predict encode text exactly as in training."""
-        save_tokenizer(self.ensure_tokenizer().tokenizer, run_dir)
+    def run_tokenizer(self) -> Tokenizer:
+        return self.ensure_tokenizer().tokenizer
 
-    def load_artifacts(self, run_dir: str) -> None:
-        """Use the run's saved tokenizer, so ids mean what they meant in training."""
-        path = Path(run_dir) / TOKENIZER_FILE
-        if not path.is_file():
-            raise ConfigError(
-                f"{run_dir}: no {TOKENIZER_FILE} (the run did not finish its setup; retrain it)"
-            )
-        self.tokenizer_path = str(path)
-        self.tokenizer = PairTokenizer(load_tokenizer(path))
-
-    # ---------------------------------------------------------------- loaders
-    def _loader(self, split: str, train: bool) -> DataLoader:
-        dataset = self.datasets[split]
-        return bucketed_loader(
-            dataset,
-            dataset.lengths,
-            self.batch_size if train else self.eval_batch_size,
-            train=train,
-            seed=self.seed,
-            collate_fn=functools.partial(dataset.collate, pad_id=self.tokenizer.pad_id),
-            num_workers=self.num_workers,
-            resume_at=self.resume_position() if train else None,
-            pin_memory=self.pins_memory(),
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", False)
+    def use_tokenizer(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = PairTokenizer(tokenizer)
 
     # ---------------------------------------------------------------- raw pairs, probes
-    def encode_texts(self, texts_a: list[str], texts_b: list[str]) -> dict[str, torch.Tensor]:
+    def encode(self, texts_a: list[str], texts_b: list[str]) -> dict[str, torch.Tensor]:
         """Raw pairs -> a model batch (no labels). Over-long pairs are truncated to max_seq_len."""
         tokenizer = self.ensure_tokenizer()
         ids, segments = tokenizer.encode_pairs(texts_a, texts_b, self.max_seq_len)
@@ -402,7 +310,7 @@ class LCQMCDataModule(AttnDataModule):
 
     def probe_batch(self, num_examples: int = 8) -> dict[str, torch.Tensor] | None:
         """The shortest validation pairs of each label (readable heatmaps), fixed across epochs."""
-        if self.datasets is None:
+        if not self.datasets:
             return None
         dataset = self.datasets["val"]
         order = torch.argsort(dataset.lengths, stable=True).tolist()
@@ -414,4 +322,4 @@ class LCQMCDataModule(AttnDataModule):
         indices = [i for group in zip(*by_label, strict=False) for i in group][
             :num_examples
         ] or order[:num_examples]
-        return dataset.collate(indices, self.tokenizer.pad_id)
+        return dataset.collate(indices)

@@ -9,7 +9,6 @@ No embedded sample. Standard splits: 29,000 / 1,014 / 1,000 captions; one refere
 
 from pathlib import Path
 
-from attnexp.data.sources import resolve
 from attnexp.data.text import read_lines
 from attnexp.data.translation import TranslationDataModule, length_filter
 from attnexp.errors import ConfigError
@@ -33,11 +32,11 @@ def read_side(folder: Path, stem: str, lang: str) -> list[str]:
 class Multi30kDataModule(TranslationDataModule):
     """Multi30k captions in any direction among en, de, fr (the hub copy has en and de only)."""
 
-    data_subdir = "multi30k"
+    dataset_name = data_subdir = "multi30k"
     languages = ("en", "de", "fr")
     has_sample = False
 
-    def _load_local(self, folder: Path) -> dict[str, list[tuple[str, str]]]:
+    def load_local(self, folder: Path) -> dict[str, list[tuple[str, str]]]:
         splits = {}
         for split, stem in SPLIT_FILES.items():
             src, tgt = read_side(folder, stem, self.src), read_side(folder, stem, self.tgt)
@@ -49,7 +48,7 @@ class Multi30kDataModule(TranslationDataModule):
             splits[split] = list(zip(src, tgt, strict=True))
         return splits
 
-    def _load_hub(self) -> dict[str, list[tuple[str, str]]]:
+    def load_hub(self) -> dict[str, list[tuple[str, str]]]:
         import datasets
 
         missing = [lang for lang in (self.src, self.tgt) if lang not in HUB_LANGUAGES]
@@ -64,11 +63,9 @@ class Multi30kDataModule(TranslationDataModule):
             splits[split] = list(zip(table[self.src], table[self.tgt], strict=True))
         return splits
 
-    def load_splits(self) -> dict[str, list[tuple[str, str]]]:
-        folder = self.data_dir / self.data_subdir
-        raw, self.source = resolve(
-            "multi30k", self.source_request, folder, self._load_local, self._load_hub, None
-        )
+    def split_parts(
+        self, raw: dict[str, list[tuple[str, str]]]
+    ) -> dict[str, list[tuple[str, str]]]:
         splits = {}
         for split, pairs in raw.items():
             pairs = [(s, t) for s, t in pairs if s.strip() and t.strip()]

@@ -4,11 +4,10 @@ tokenizers trained on the training split or reused, saved in the run dir, and th
 One meaning of the settings for every text dataset:
 - `data.tokenizer_path`: reuse a saved tokenizer (a `tokenizer.json`, or a run dir holding one)
   instead of training one on the training split (`reused_tokenizer`).
-- `data.cache_dir`: the cache root; a dataset caches under `<cache_dir>/<data_subdir>/`
-  (`cache_folder`). null: `$ATTNEXP_CACHE`, else `~/.cache/attnexp`. Trained tokenizers and the
-  token ids of each split are cached there, keyed by a hash of everything that changes them
-  (`texts_hash`), so a second run with the same data and settings skips both. A broken cache
-  file is a cache miss (`cached`).
+- `data.cache_dir`: the cache root; a dataset caches under `<cache_dir>/<data_subdir>/` its
+  trained tokenizers and the token ids of each split, keyed by a hash of everything that changes
+  them (`texts_hash`), so a second run with the same data and settings skips both
+  (`attnexp.data.caches`).
 - `data.split_seed`: draws the held-out examples; null: the run's seed (see `data/splits.py`).
 
 A tokenizer carries its own normaliser (lowercase, `<br />` removal), so the `tokenizer.json` saved
@@ -19,17 +18,16 @@ import gzip
 import hashlib
 import json
 import logging
-import os
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TypeVar
 
 import pyarrow
 from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from attnexp.errors import ConfigError
-from attnexp.files import not_a_folder, write_atomically
+from attnexp.files import write_atomically
+from attnexp.schema import rule_for
 
 log = logging.getLogger(__name__)
 
@@ -237,86 +235,13 @@ def texts_hash(texts: Sequence[str], *extra: object) -> str:
     return digest.hexdigest()[:16]
 
 
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("ATTNEXP_CACHE", "~/.cache/attnexp")).expanduser()
-
-
-def cache_folder(cache_dir: str | None, data_subdir: str) -> Path:
-    """`<cache_dir>/<data_subdir>/`, the dataset's cache folder (cache_dir null: the default)."""
-    root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-    blocker = not_a_folder(root)
-    if blocker is not None:
-        raise ConfigError(
-            f"data.cache_dir={root}: {blocker} is a file, so the caches cannot go there "
-            f"(set data.cache_dir=<a folder>)"
-        )
-    return root / data_subdir
-
-
-Cached = TypeVar("Cached")
-
-
-def cached(
-    path: Path,
-    build: Callable[[], Cached],
-    read: Callable[[Path], Cached],
-    write: Callable[[Cached, Path], object],
-    what: str,
-) -> Cached:
-    """What `read` gives for the cache file `path`, else `build()`, written there atomically. A
-    file `read` cannot read (cut short, emptied) is a cache miss, said at WARNING."""
-    if path.is_file():
-        try:
-            value = read(path)
-        except Exception as err:  # tokenizers, torch and pyarrow raise many types for a bad file
-            log.warning("building the %s again: the cached one is broken (%s: %s)", what, path, err)
-        else:
-            log.info("%s from cache %s", what, path)
-            return value
-    value = build()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, lambda partial: write(value, partial))
-    return value
-
-
-def fitting_flat_ids(flat: dict, rows: int) -> dict:
-    """A token-id cache's tensors (`lengths`, one per row, and `ids` with any other per-token
-    column laid end to end), refused with a ValueError (`cached` then builds it again) unless
-    they hold `rows` rows of `lengths.sum()` tokens each column: a cache file of other texts
-    under this name (copied in, edited) would give rows that belong to no text."""
-    lengths = flat["lengths"]
-    total = int(lengths.sum())
-    columns = {key: value.numel() for key, value in flat.items() if key != "lengths"}
-    if len(lengths) != rows or any(count != total for count in columns.values()):
-        raise ValueError(
-            f"it holds {len(lengths)} rows ({total} tokens; columns {columns}), not the {rows} "
-            f"rows of these texts"
-        )
-    return flat
-
-
-def trained_tokenizer(
-    folder: Path, texts: Sequence[str], settings: tuple, train: Callable[[], Tokenizer]
-) -> Tokenizer:
-    """`train()`'s tokenizer for `texts`, cached in `folder` under a hash of the texts and the
-    `settings` that change it."""
-    path = folder / f"tokenizer-{texts_hash(texts, *settings)}.json"
-    return cached(
-        path,
-        train,
-        lambda file: load_tokenizer(file),
-        lambda tokenizer, file: tokenizer.save(str(file)),
-        "tokenizer",
-    )
-
-
 def reused_tokenizer(path: str | Path) -> Tokenizer:
     """The tokenizer `data.tokenizer_path` names (a file or a run dir), to read text as the run
     that saved it did."""
     return load_tokenizer(path, setting="data.tokenizer_path")
 
 
-TRUNCATIONS = ("head", "head_tail")
+TRUNCATIONS = rule_for("data.truncation").choices
 
 
 def truncate(ids: list[int], max_len: int, truncation: str = "head") -> list[int]:

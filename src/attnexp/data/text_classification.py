@@ -12,43 +12,35 @@ A split is `{"text": [str, ...], "label": [int, ...]}`; labels are indices into 
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
+from tokenizers import Tokenizer
 
-from attnexp.data.base import AttnDataModule, data_hash, fingerprint
-from attnexp.data.batching import (
-    TokenDataset,
-    bucketed_loader,
-    collate_tokens,
-    pad_sequences,
+from attnexp.data.base import (
+    BucketBatching,
+    BucketedDataModule,
+    check_settings,
+    data_hash,
+    fingerprint,
 )
-from attnexp.data.sources import resolve, sample_path
+from attnexp.data.batching import TokenDataset, pad_sequences
+from attnexp.data.caches import trained_tokenizer
+from attnexp.data.sources import sample_path
 from attnexp.data.splits import Split, check_sides, stratified_split, subset
 from attnexp.data.text import (
     HTML_BREAK,
     PAD_ID,
-    TRUNCATIONS,
-    cache_folder,
     check_word_ids,
     encode_texts,
-    load_tokenizer,
     reused_tokenizer,
-    save_tokenizer,
     texts_hash,
     tokenize_dataset,
     tokenizer_hash,
     train_word_tokenizer,
-    trained_tokenizer,
     word_pre_tokenizer,
 )
-from attnexp.errors import (
-    ConfigError,
-    require_fraction,
-    require_non_negative,
-    require_positive,
-    require_seed,
-)
+from attnexp.errors import ConfigError
 
 SPLITS = ("train", "test")  # what the loaders return; validation is carved out of one of them
 # In the token-id cache key: how texts become ids beyond the tokenizer (a typed "[PAD]" reads as
@@ -56,7 +48,7 @@ SPLITS = ("train", "test")  # what the loaders return; validation is carved out 
 ENCODING = "pad-as-unk"
 
 
-class TextClassificationDataModule(AttnDataModule):
+class TextClassificationDataModule(BucketedDataModule):
     """Batches of `input_ids`, `mask` (B, T) and `labels` (B,) from labelled texts.
 
     A dataset subclass sets:
@@ -78,7 +70,8 @@ class TextClassificationDataModule(AttnDataModule):
             (`text.split()`, as the nndl chapter does) or "words" (punctuation dropped).
         max_seq_len / truncation: texts are cut to max_seq_len tokens, the first ones ("head") or
             the first and last halves ("head_tail").
-        batch_size: texts per batch; batches are length-bucketed (`pool_batches` batches per pool).
+        batch_size / eval_batch_size / pool_batches / num_workers: the batches (`BucketBatching`;
+            eval_batch_size null: batch_size).
         val_fraction: share of the training texts held out (stratified by label) for validation.
         train_fraction: share of the training texts that train, after validation is carved out
             (stratified by label, drawn from the split seed as the held-out texts are): 1 keeps
@@ -90,7 +83,6 @@ class TextClassificationDataModule(AttnDataModule):
     """
 
     input_kind = "tokens"
-    dataset_name: str = ""
     labels: tuple[str, ...] = ()
     probes: tuple[tuple[str, int], ...] = ()
     noun = "texts"
@@ -107,49 +99,34 @@ class TextClassificationDataModule(AttnDataModule):
         word_split: str = "punctuation",
         max_seq_len: int = 256,
         truncation: str = "head",
-        batch_size: int = 128,
         val_fraction: float = 0.1,
         train_fraction: float = 1.0,
-        pool_batches: int = 50,
         tokenizer_path: str | None = None,
         cache_dir: str | None = None,
-        seed: int = 0,
         split_seed: int | None = None,
-        num_workers: int = 0,
+        **batching: Any,
     ) -> None:
-        super().__init__()
-        for key, value in (
-            ("max_seq_len", max_seq_len),
-            ("batch_size", batch_size),
-            ("pool_batches", pool_batches),
-            ("vocab_size", vocab_size),
-            ("min_frequency", min_frequency),
-        ):
-            require_positive(f"data.{key}", value)
-        require_fraction("data.val_fraction", val_fraction)
-        require_fraction("data.train_fraction", train_fraction, upto_one=True)
-        require_non_negative("data.num_workers", num_workers)
-        require_seed("data.split_seed", split_seed)
-        self.data_dir, self.source_request = Path(data_dir), source
-        self.vocab_size, self.min_frequency, self.lowercase = vocab_size, min_frequency, lowercase
+        check_settings(
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            lowercase=lowercase,
+            max_seq_len=max_seq_len,
+            truncation=truncation,
+            val_fraction=val_fraction,
+            train_fraction=train_fraction,
+            split_seed=split_seed,
+        )
         word_pre_tokenizer(word_split)  # fail on a bad value now, not after loading the data
-        self.word_split = word_split
-        if truncation not in TRUNCATIONS:
-            raise ConfigError(
-                f"data.truncation '{truncation}' is not one of {', '.join(TRUNCATIONS)} (set data.truncation=...)"
-            )
-        self.max_seq_len, self.batch_size, self.pool_batches = max_seq_len, batch_size, pool_batches
-        self.truncation = truncation
-        self.val_fraction, self.seed, self.num_workers = val_fraction, seed, num_workers
-        self.train_fraction = train_fraction
-        self.split_seed = seed if split_seed is None else split_seed
-        self.cache_folder = cache_folder(cache_dir, self.data_subdir)
+        super().__init__(data_dir, source, cache_dir, BucketBatching.of(self, batching))
+        self.vocab_size, self.min_frequency, self.lowercase = vocab_size, min_frequency, lowercase
+        self.word_split, self.max_seq_len, self.truncation = word_split, max_seq_len, truncation
+        self.val_fraction, self.train_fraction = val_fraction, train_fraction
+        self.split_seed = self.seed if split_seed is None else split_seed
         self.tokenizer = (
             check_word_ids(reused_tokenizer(tokenizer_path), tokenizer_path, "data.tokenizer_path")
             if tokenizer_path
             else None
         )
-        self.splits: dict[str, TokenDataset] | None = None
 
     @property
     def _log(self) -> logging.Logger:
@@ -254,24 +231,17 @@ class TextClassificationDataModule(AttnDataModule):
             "max_seq_len": self.max_seq_len,
         }
 
-    def save_artifacts(self, run_dir: str) -> None:
-        save_tokenizer(self.tokenizer, run_dir)
+    def run_tokenizer(self) -> Tokenizer:
+        return self.tokenizer
 
-    def load_artifacts(self, run_dir: str) -> None:
-        self.tokenizer = load_tokenizer(run_dir)
+    def use_tokenizer(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
 
     # --- data -----------------------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
-        if self.splits is not None or stage == "predict":
+        if self.datasets or stage == "predict":
             return
-        raw, self.source = resolve(
-            self.dataset_name,
-            self.source_request,
-            self.data_dir / self.data_subdir,
-            self.load_local,
-            self.load_hub if self.has_hub else None,
-            self.load_sample if self.has_sample else None,
-        )
+        raw = self.load_raw()
         self.data_hash = data_hash(raw)
         parts = self.split_parts(raw)
         parts["train"] = self.thin_training(parts["train"])
@@ -286,7 +256,6 @@ class TextClassificationDataModule(AttnDataModule):
                 self.note(f"{empty} of the {len(part['text'])} {name} {self.noun} are empty")
         from datasets import Dataset  # here, not at the top: predict never tokenizes a split
 
-        self.splits = {}
         for name, part in parts.items():
             key = texts_hash(part["text"], tok_hash, self.max_seq_len, self.truncation, ENCODING)
             cache = self.cache_folder / f"{name}-{key}.arrow"
@@ -297,12 +266,12 @@ class TextClassificationDataModule(AttnDataModule):
                 cache,
                 truncation=self.truncation,
             )
-            self.splits[name] = TokenDataset(encoded, part["label"])
+            self.datasets[name] = TokenDataset(encoded, part["label"])
         self._log.info(
             "%s (%s): %d train / %d val / %d test %s, vocab %d, max_seq_len %d",
             self.dataset_name,
             self.source,
-            *(len(self.splits[s]) for s in ("train", "val", "test")),
+            *(len(self.datasets[s]) for s in ("train", "val", "test")),
             self.noun,
             self.tokenizer.get_vocab_size(),
             self.max_seq_len,
@@ -363,30 +332,6 @@ class TextClassificationDataModule(AttnDataModule):
                 texts, self.vocab_size, self.min_frequency, self.lowercase, self.word_split
             ),
         )
-
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        data = self.splits[split]
-        return bucketed_loader(
-            data,
-            [max(1, n) for n in data.lengths],
-            self.batch_size,
-            train=shuffle,
-            seed=self.seed,
-            collate_fn=collate_tokens,
-            num_workers=self.num_workers,
-            pool_batches=self.pool_batches,
-            resume_at=self.resume_position() if shuffle else None,
-            pin_memory=self.pins_memory(),
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
 
     # --- raw text in (predict's examples, the probes) -------------------------------------------
     def encode(self, texts: list[str]) -> dict[str, torch.Tensor]:

@@ -16,18 +16,15 @@ import torch
 from tokenizers import Tokenizer
 from torch.utils.data import Dataset
 
-from attnexp.data.base import AttnDataModule, data_hash, fingerprint
-from attnexp.data.batching import bucketed_loader, pad_sequences
-from attnexp.data.text import (
-    PAD_ID,
-    cache_folder,
-    cached,
-    fitting_flat_ids,
-    load_tokenizer,
-    texts_hash,
-    tokenizer_hash,
-    write_tokenizer,
+from attnexp.data.base import (
+    BucketBatching,
+    BucketedDataModule,
+    check_settings,
+    data_hash,
+    fingerprint,
 )
+from attnexp.data.batching import pad_sequences
+from attnexp.data.text import PAD_ID, load_tokenizer, texts_hash, tokenizer_hash, write_tokenizer
 from attnexp.data.translation_text import (
     BOS_ID,
     EOS_ID,
@@ -39,7 +36,7 @@ from attnexp.data.translation_text import (
     train_translation_tokenizer,
     words,
 )
-from attnexp.errors import ConfigError, require_bool, require_non_negative, require_positive
+from attnexp.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +74,7 @@ class PairSplit:
         return len(self.sources)
 
 
-class PairDataset(Dataset):
+class TranslationDataset(Dataset):
     """Encoded pairs (ids without BOS/EOS), their source index and whether each is decoded."""
 
     def __init__(
@@ -118,20 +115,23 @@ class PairDataset(Dataset):
         }
 
 
-class TranslationDataModule(AttnDataModule):
-    """Base class: subclasses read the raw pairs (`load_splits`); this class tokenizes and batches.
+class TranslationDataModule(BucketedDataModule):
+    """Base class: a subclass reads the raw pairs (`load_local`, `load_hub`, `load_sample`) and
+    splits them (`split_parts`); this class tokenizes and batches.
 
     Args:
         src, tgt: languages of the source and target side (each one of the subclass's `languages`).
         tokenizer: word | bpe; vocab_size, min_frequency, lowercase: its training settings.
         max_tokens: pairs with more d2l words on either side are left out (null: keep all).
-        batch_size / eval_batch_size: pairs per (length-bucketed) batch.
         val_bleu_sources: validation sources translated each epoch for val/bleu (the first ones).
         tokenizer_path: a run dir holding tokenizer_src.json and tokenizer_tgt.json to reuse.
         cache_dir: token-id cache (null: $ATTNEXP_CACHE or ~/.cache/attnexp).
+        batch_size / eval_batch_size / pool_batches / num_workers / seed: the length-bucketed
+            batches (`BucketBatching`).
     """
 
     input_kind = "translation"
+    cache_subdir = "translation"
     languages: tuple[str, ...] = ()
 
     def __init__(
@@ -145,16 +145,11 @@ class TranslationDataModule(AttnDataModule):
         min_frequency: int = 2,
         lowercase: bool = False,
         max_tokens: int | None = None,
-        batch_size: int = 64,
-        eval_batch_size: int = 256,
         val_bleu_sources: int = 200,
-        pool_batches: int = 50,
         tokenizer_path: str | None = None,
         cache_dir: str | None = None,
-        seed: int = 0,
-        num_workers: int = 0,
+        **batching: Any,
     ) -> None:
-        super().__init__()
         for key, lang in (("src", src), ("tgt", tgt)):
             if lang not in self.languages:
                 raise ConfigError(
@@ -165,42 +160,29 @@ class TranslationDataModule(AttnDataModule):
                 f"data.src and data.tgt are both {src} (set data.tgt to another language)"
             )
         check_tokenizer_kind(tokenizer)
-        require_bool("data.lowercase", lowercase)
-        for key, value in (
-            ("batch_size", batch_size),
-            ("eval_batch_size", eval_batch_size),
-            ("vocab_size", vocab_size),
-            ("pool_batches", pool_batches),
-        ):
-            require_positive(f"data.{key}", value)
-        require_non_negative("data.val_bleu_sources", val_bleu_sources)
-        require_non_negative("data.num_workers", num_workers)
-        if max_tokens is not None:
-            require_positive("data.max_tokens", max_tokens)
-        self.data_dir, self.source_request = Path(data_dir), source
-        self.src, self.tgt = src, tgt
-        self.tokenizer_kind, self.vocab_size, self.min_frequency = (
-            tokenizer,
-            vocab_size,
-            min_frequency,
+        check_settings(
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            lowercase=lowercase,
+            max_tokens=max_tokens,
+            val_bleu_sources=val_bleu_sources,
         )
+        batching = BucketBatching.of(self, batching, batch_size=64, eval_batch_size=256)
+        super().__init__(data_dir, source, cache_dir, batching)
+        self.src, self.tgt, self.tokenizer_kind = src, tgt, tokenizer
+        self.vocab_size, self.min_frequency = vocab_size, min_frequency
         self.lowercase, self.max_tokens = lowercase, max_tokens
-        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
-        self.val_bleu_sources, self.pool_batches = val_bleu_sources, pool_batches
-        self.tokenizer_path = tokenizer_path
-        self.cache_folder = cache_folder(cache_dir, "translation")
-        self.seed, self.num_workers = seed, num_workers
+        self.val_bleu_sources, self.tokenizer_path = val_bleu_sources, tokenizer_path
         self.tokenizers: dict[str, Tokenizer] = {}
         self.splits: dict[str, PairSplit] = {}
-        self.datasets: dict[str, PairDataset] = {}
         # Sizes and checks of the data as split: recorded in the run's metrics.json.
         self.summary: dict[str, Any] = {}
         self.saved_sizes: dict[str, int] | None = None  # a run dir's SIZES_FILE (predict)
 
     # ------------------------------------------------------------------ subclass API
-    def load_splits(self) -> dict[str, list[tuple[str, str]]]:
-        """{"train", "val", "test"} -> (source, target) pairs in the configured direction; sets
-        `self.source` and may add to `self.summary`."""
+    def split_parts(self, raw: Any) -> dict[str, list[tuple[str, str]]]:
+        """{"train", "val", "test"} -> (source, target) pairs in the configured direction, from
+        what `load_raw` read; may add to `self.summary`."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ setup
@@ -210,13 +192,13 @@ class TranslationDataModule(AttnDataModule):
         if stage == "predict" and self.saved_sizes is not None:
             self._load_tokenizers(Path(self.tokenizer_path))  # raw sources only: no split read
             return
-        raw = self.load_splits()
+        raw = self.split_parts(self.load_raw())
         self.data_hash = data_hash({k: tuple(zip(*v, strict=True)) for k, v in raw.items() if v})
         for stage_name in STAGES:
             if not raw.get(stage_name):
                 raise ConfigError(
-                    f"{self.data_subdir}: the {stage_name} split has no pairs after the length filter "
-                    f"(data.max_tokens={self.max_tokens}; raise it, or give more data)"
+                    f"{self.data_subdir}: the {stage_name} split has no pairs after the length "
+                    f"filter (data.max_tokens={self.max_tokens}; raise it, or give more data)"
                 )
             self.splits[stage_name] = PairSplit.from_pairs(raw[stage_name])
         train = self.splits["train"]
@@ -228,10 +210,10 @@ class TranslationDataModule(AttnDataModule):
                     texts, self.tokenizer_kind, self.vocab_size, self.min_frequency, self.lowercase
                 )
         for stage_name, split in self.splits.items():
-            src = self._encode("src", split.sources)
-            tgt = self._encode("tgt", split.targets)
+            src = self._token_ids("src", split.sources)
+            tgt = self._token_ids("tgt", split.targets)
             first = self._decoded_pairs(split, stage_name)
-            self.datasets[stage_name] = PairDataset(src, tgt, split.source_index, first)
+            self.datasets[stage_name] = TranslationDataset(src, tgt, split.source_index, first)
             self.fingerprints[stage_name] = fingerprint(split.sources, split.targets)
             self.summary[f"{stage_name}_pairs"] = len(split)
             self.summary[f"{stage_name}_sources"] = len(split.unique_sources)
@@ -249,7 +231,7 @@ class TranslationDataModule(AttnDataModule):
             seen.add(index)
         return decode
 
-    def _encode(self, side: str, texts: list[str]) -> list[list[int]]:
+    def _token_ids(self, side: str, texts: list[str]) -> list[list[int]]:
         """Token ids, cached under a hash of the tokenizer and the texts."""
         tokenizer = self.tokenizers[side]
 
@@ -260,13 +242,8 @@ class TranslationDataModule(AttnDataModule):
                 "lengths": torch.tensor([len(row) for row in ids], dtype=torch.long),
             }
 
-        flat = cached(
-            self.cache_folder / f"{texts_hash(texts, tokenizer_hash(tokenizer))}.pt",
-            encode,
-            lambda file: fitting_flat_ids(torch.load(file, weights_only=True), len(texts)),
-            lambda value, file: torch.save(value, file),
-            f"{side} token ids",
-        )
+        key = texts_hash(texts, tokenizer_hash(tokenizer))
+        flat = self.cached_ids(key, encode, len(texts), f"{side} token ids")
         return [t.tolist() for t in flat["ids"].split(flat["lengths"].tolist())]
 
     # ------------------------------------------------------------------ artifacts
@@ -320,7 +297,7 @@ class TranslationDataModule(AttnDataModule):
     def decode_source(self, ids: list[int]) -> str:
         return decode_sentence(self.tokenizers["src"], ids)
 
-    def encode_sources(self, texts: list[str]) -> dict[str, torch.Tensor]:
+    def encode(self, texts: list[str]) -> dict[str, torch.Tensor]:
         """Raw source sentences -> `src_ids`, `src_mask` as in training."""
         ids, mask = pad_sequences(encode_sentences(self.tokenizers["src"], texts), PAD_ID)
         return {"src_ids": ids, "src_mask": mask}
@@ -337,31 +314,6 @@ class TranslationDataModule(AttnDataModule):
             return None
         batch = dataset.collate(indices)
         return {k: batch[k] for k in ("src_ids", "src_mask", "tgt_in")}
-
-    # ------------------------------------------------------------------ loaders
-    def _loader(self, stage: str):
-        dataset = self.datasets[stage]
-        return bucketed_loader(
-            dataset,
-            dataset.lengths,
-            self.batch_size if stage == "train" else self.eval_batch_size,
-            train=stage == "train",
-            seed=self.seed,
-            collate_fn=dataset.collate,
-            num_workers=self.num_workers,
-            pool_batches=self.pool_batches,
-            resume_at=self.resume_position() if stage == "train" else None,
-            pin_memory=self.pins_memory(),
-        )
-
-    def train_dataloader(self):
-        return self._loader("train")
-
-    def val_dataloader(self):
-        return self._loader("val")
-
-    def test_dataloader(self):
-        return self._loader("test")
 
 
 def length_filter(pairs: list[tuple[str, str]], max_tokens: int | None) -> list[tuple[str, str]]:

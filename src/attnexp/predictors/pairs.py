@@ -53,9 +53,7 @@ class PairPredictor:
         return notes
 
     def encode_raw(self, examples: list[dict[str, str]]) -> dict[str, torch.Tensor]:
-        return self.data.encode_texts(
-            [e["text_a"] for e in examples], [e["text_b"] for e in examples]
-        )
+        return self.data.encode([e["text_a"] for e in examples], [e["text_b"] for e in examples])
 
     def predict_batch(self, model: torch.nn.Module, batch: dict) -> BatchAnswer:
         return classify_batch(model, batch, self.prediction_label)

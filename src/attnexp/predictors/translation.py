@@ -72,7 +72,7 @@ class TranslationPredictor:
         return notes
 
     def encode_raw(self, examples: list[dict[str, str]]) -> dict[str, torch.Tensor]:
-        return self.data.encode_sources([e["text"] for e in examples])
+        return self.data.encode([e["text"] for e in examples])
 
     def predict_batch(
         self,

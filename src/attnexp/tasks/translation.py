@@ -264,7 +264,7 @@ class TranslationTask(Optimized, pl.LightningModule):
         if not self.probe_pairs:
             return {}
         datamodule = self.trainer.datamodule
-        batch = datamodule.encode_sources([source for source, _ in self.probe_pairs])
+        batch = datamodule.encode([source for source, _ in self.probe_pairs])
         batch = {k: v.to(self.device) for k, v in batch.items()}
         hypotheses = self.translate(batch["src_ids"], batch["src_mask"], beam=False)
         metrics, shown = {}, []
