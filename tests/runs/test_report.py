@@ -14,8 +14,8 @@ from omegaconf import OmegaConf
 
 from attnexp.cli.report import main as report_main
 from attnexp.runs import collect, report
-from attnexp.runs.dirs import natural_key
 from attnexp.runs.lock import owning
+from attnexp.runs.naming import natural_key
 from attnexp.viz.report import plot_bag_sizes, plot_val_curves
 
 

@@ -14,8 +14,9 @@ from cli_helpers import RUN_MODULES, TINY, run_cli_in_process, run_counting_impo
 
 from attnexp.errors import ConfigError
 from attnexp.runs import dirs
-from attnexp.runs.dirs import check_new_dir, check_resume
+from attnexp.runs.dirs import check_new_dir
 from attnexp.runs.lock import owning
+from attnexp.runs.resume import check_resume
 
 
 def test_a_folder_with_anything_in_it_is_refused(tmp_path):

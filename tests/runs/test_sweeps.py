@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from attnexp.cli.train import plugin_installed
 from attnexp.errors import ConfigError
 from attnexp.runs import report, sweeps
-from attnexp.runs.dirs import write_run_config
+from attnexp.runs.layout import write_run_config
 from attnexp.runs.search import SWEEPER_TARGET
 from attnexp.runs.sweeps import FailedJobs, SweepDirGuard, check_strategy, sweep_subdir, swept_keys
 

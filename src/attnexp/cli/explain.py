@@ -31,7 +31,7 @@ from attnexp.errors import ConfigError
 from attnexp.runner.config import register_resolvers
 from attnexp.runner.load import check_ckpt_exists
 from attnexp.runs.collect import read_records
-from attnexp.runs.dirs import run_holding
+from attnexp.runs.layout import run_holding
 
 register_resolvers()
 

@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 
 from attnexp.data.base import AttnDataModule
 from attnexp.errors import ConfigError
-from attnexp.runs.dirs import override_key
+from attnexp.runs.overrides import override_key
 
 log = logging.getLogger(__name__)
 

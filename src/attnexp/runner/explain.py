@@ -37,7 +37,8 @@ from attnexp.runner.load import (
 )
 from attnexp.runner.predict import check_device, figure_folders, runs_to_compare
 from attnexp.runner.threads import set_threads
-from attnexp.runs.dirs import new_run_name, run_holding
+from attnexp.runs.layout import run_holding
+from attnexp.runs.naming import new_run_name
 
 log = logging.getLogger(__name__)
 register_resolvers()

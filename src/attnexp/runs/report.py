@@ -30,7 +30,7 @@ from attnexp.runs.collect import (
     same_config_variants,
     varied_keys,
 )
-from attnexp.runs.dirs import natural_key
+from attnexp.runs.naming import natural_key
 from attnexp.runs.record import METRICS_FILE
 from attnexp.runs.sweeps import planned_jobs
 
