@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from omegaconf import OmegaConf
 
 from attnexp.cli.report import main as report_main
-from attnexp.runs import collect, report
+from attnexp.runs import collect, report, tables
 from attnexp.runs.lock import owning
 from attnexp.runs.naming import natural_key
 from attnexp.viz.report import plot_bag_sizes, plot_val_curves
@@ -594,8 +594,8 @@ def test_nan_metric_does_not_crash_and_is_counted(tmp_path):
     written = report.write_report(tmp_path)
     (row,) = variant_rows(written["markdown"].read_text())
     assert row[3] == f"0.8500 ± {statistics.stdev([0.8, 0.9]):.4f} (+1 NaN/inf)"
-    assert report.mean_std([float("nan")]) == "nan"
-    assert report.mean_std([0.8, float("inf")]) == "0.8000 (+1 NaN/inf)"  # one finite: no std
+    assert tables.mean_std([float("nan")]) == "nan"
+    assert tables.mean_std([0.8, float("inf")]) == "0.8000 (+1 NaN/inf)"  # one finite: no std
     assert written["bag_size"].stat().st_size > 1000
 
 

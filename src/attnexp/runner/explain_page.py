@@ -7,7 +7,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from attnexp.runs.collect import Run, find_runs
-from attnexp.runs.report import markdown_table, mean_std
+from attnexp.runs.tables import markdown_table, mean_std
 
 PAGE_FILE = "explain.md"
 EXAMPLES_STEM = "examples"  # examples_<set>.html (text), examples_<set>_*.png (bags)
