@@ -280,7 +280,7 @@ def test_single_run_dir_and_cli(tmp_path, capsys):
 
 
 def test_the_report_reads_records_without_torch(sweep, tmp_path):
-    """A report of a sweep imports neither torch nor Lightning (it took ~2 s of a ~3 s report)."""
+    """A report of a sweep imports neither torch nor Lightning (~2 s of a ~3 s report)."""
     result, imported = run_counting_imports(
         ["-m", "attnexp.report", str(sweep), "--out", str(tmp_path / "out")], tmp_path
     )
@@ -600,8 +600,8 @@ def test_nan_metric_does_not_crash_and_is_counted(tmp_path):
 
 
 def test_running_means_the_run_dir_lock_is_held(tmp_path):
-    """A killed run's pid may be taken by a new process (here: this one, alive): it was shown as
-    running. Only a held lock says a run is at work, on whatever machine."""
+    """A killed run's pid may be taken by a new process (here: this one, alive), so a live pid
+    says nothing: only a held lock says a run is at work, on whatever machine."""
     alive_pid = {"pid": os.getpid(), "host": platform.node()}
     write_run(tmp_path, "pid_reused", status="running", history=curve(0.5), **alive_pid)
     write_run(tmp_path, "elsewhere", status="running", pid=1, host="other-machine")

@@ -128,8 +128,8 @@ def test_a_command_line_value_wins_over_the_sweepers_params(tmp_path):
 
 
 def test_the_sweep_config_is_saved_for_sweepers_that_save_none(tmp_path):
-    """Optuna saves no multirun.yaml; without it every job's name listed a key the command line
-    fixes (`scorer=dot` beside the searched ones). The guard saves the sweep's config first."""
+    """Optuna saves no multirun.yaml; the guard saves the sweep's config first, so a job's name
+    lists only the searched keys, not one the command line fixes (`scorer=dot`)."""
     sweep = tmp_path / "sweep"
     config = {
         "hydra": {
