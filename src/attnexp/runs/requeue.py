@@ -17,6 +17,7 @@ from attnexp.runs.record import LAST_CKPT, existing_record
 RECORD_KEY = "scheduler_job"
 # Lightning's rule for a SLURM job that is not run through srun tasks (salloc's shell): no SLURM.
 INTERACTIVE_JOB_NAMES = ("bash", "interactive")
+ONE_WRITER = "two processes never write one run dir"
 
 
 def scheduler_job() -> dict[str, str] | None:
@@ -53,7 +54,7 @@ def restarted() -> bool:
 
 def _not_continued(run_dir: Path, record: dict, job: dict[str, str] | None) -> str | None:
     """Why this process may not continue the run in `run_dir` (None: it is this job's own
-    unfinished run, requeued, and no process holds it). Two processes never write one run dir."""
+    unfinished run, requeued, and no process holds it)."""
     theirs = record.get(RECORD_KEY)
     if job is None or theirs != job:
         started = (
@@ -74,10 +75,10 @@ def _not_continued(run_dir: Path, record: dict, job: dict[str, str] | None) -> s
     if not restarted():
         return (
             f" of {this_job}, which the scheduler did not requeue (SLURM_RESTART_COUNT unset or "
-            f"0): two processes never write one run dir"
+            f"0): {ONE_WRITER}"
         )
     if lock_held(run_dir):
-        return f" of {this_job}, still held by {owner_of(run_dir)}: two processes never write one run dir"
+        return f" of {this_job}, still held by {owner_of(run_dir)}: {ONE_WRITER}"
     return None
 
 
