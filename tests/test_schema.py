@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from attnexp.errors import ConfigError
 from attnexp.runner.config import package_configs
 from attnexp.runner.settings import check_values
-from attnexp.runs.dirs import flat_config
+from attnexp.runs.flatten import flat_config
 from attnexp.schema import DECLARED, Either, ListOf, Number, Renamed, Rule, rule_for
 
 CONF = Path(attnexp.conf.__file__).parent

@@ -64,16 +64,18 @@ from attnexp.runs.dirs import (
     check_not_running,
     check_output_dir_not_set,
     check_output_root,
+    guarding,
+)
+from attnexp.runs.layout import run_holding
+from attnexp.runs.lock import owning
+from attnexp.runs.overrides import override_arg
+from attnexp.runs.record import RunRecord
+from attnexp.runs.resume import (
     check_resume,
     check_resume_epochs,
     check_same_config,
-    guarding,
-    override_arg,
     resolve_run_dir,
-    run_holding,
 )
-from attnexp.runs.lock import owning
-from attnexp.runs.record import RunRecord
 from attnexp.tasks.callbacks import EpochHistory, FiniteLosses, moved_state
 
 

@@ -70,7 +70,7 @@ def test_a_resume_of_a_run_dir_another_process_holds_is_refused(tmp_path):
 
 
 def test_a_run_dir_is_named_by_what_the_run_was_asked_for():
-    from attnexp.runs.dirs import MAX_LABEL, new_run_name, run_label
+    from attnexp.runs.naming import MAX_LABEL, new_run_name, run_label
 
     line = ["model=lstm_attn", "scorer=dot", "paths.data_dir=/d", "resume=null"]
     assert run_label(line) == "model=lstm_attn,scorer=dot"

@@ -13,9 +13,9 @@ from matplotlib.figure import Figure
 from omegaconf import OmegaConf
 
 from attnexp.cli.report import main as report_main
-from attnexp.runs import collect, report
-from attnexp.runs.dirs import natural_key
+from attnexp.runs import collect, report, tables
 from attnexp.runs.lock import owning
+from attnexp.runs.naming import natural_key
 from attnexp.viz.report import plot_bag_sizes, plot_val_curves
 
 
@@ -280,7 +280,7 @@ def test_single_run_dir_and_cli(tmp_path, capsys):
 
 
 def test_the_report_reads_records_without_torch(sweep, tmp_path):
-    """A report of a sweep imports neither torch nor Lightning (it took ~2 s of a ~3 s report)."""
+    """A report of a sweep imports neither torch nor Lightning (~2 s of a ~3 s report)."""
     result, imported = run_counting_imports(
         ["-m", "attnexp.report", str(sweep), "--out", str(tmp_path / "out")], tmp_path
     )
@@ -594,14 +594,14 @@ def test_nan_metric_does_not_crash_and_is_counted(tmp_path):
     written = report.write_report(tmp_path)
     (row,) = variant_rows(written["markdown"].read_text())
     assert row[3] == f"0.8500 ± {statistics.stdev([0.8, 0.9]):.4f} (+1 NaN/inf)"
-    assert report.mean_std([float("nan")]) == "nan"
-    assert report.mean_std([0.8, float("inf")]) == "0.8000 (+1 NaN/inf)"  # one finite: no std
+    assert tables.mean_std([float("nan")]) == "nan"
+    assert tables.mean_std([0.8, float("inf")]) == "0.8000 (+1 NaN/inf)"  # one finite: no std
     assert written["bag_size"].stat().st_size > 1000
 
 
 def test_running_means_the_run_dir_lock_is_held(tmp_path):
-    """A killed run's pid may be taken by a new process (here: this one, alive): it was shown as
-    running. Only a held lock says a run is at work, on whatever machine."""
+    """A killed run's pid may be taken by a new process (here: this one, alive), so a live pid
+    says nothing: only a held lock says a run is at work, on whatever machine."""
     alive_pid = {"pid": os.getpid(), "host": platform.node()}
     write_run(tmp_path, "pid_reused", status="running", history=curve(0.5), **alive_pid)
     write_run(tmp_path, "elsewhere", status="running", pid=1, host="other-machine")

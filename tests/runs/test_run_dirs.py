@@ -14,8 +14,9 @@ from cli_helpers import RUN_MODULES, TINY, run_cli_in_process, run_counting_impo
 
 from attnexp.errors import ConfigError
 from attnexp.runs import dirs
-from attnexp.runs.dirs import check_new_dir, check_resume
+from attnexp.runs.dirs import check_new_dir
 from attnexp.runs.lock import owning
+from attnexp.runs.resume import check_resume
 
 
 def test_a_folder_with_anything_in_it_is_refused(tmp_path):
@@ -29,7 +30,7 @@ def test_a_folder_with_anything_in_it_is_refused(tmp_path):
 
 
 def test_the_root_of_the_disk_is_refused_without_a_search():
-    """hydra.run.dir=/ searched the whole file system for a metrics.json (15.6 s)."""
+    """hydra.run.dir=/ is judged by its own entries: nothing below it is searched."""
     start = time.perf_counter()
     with pytest.raises(ConfigError, match=r"hydra.run.dir=/ is not empty"):
         check_new_dir(Path("/"), can_resume=True)
@@ -55,8 +56,8 @@ def test_another_hydra_apps_dir_is_no_run(tmp_path):
 
 
 def test_a_new_run_never_writes_among_other_files(tmp_path):
-    """A folder with a tokenizer_src.json was written over; a git checkout got checkpoints/,
-    tb/ and metrics.json among its sources. Refused before torch loads, nothing written."""
+    """A folder with files of its own (a tokenizer_src.json, a git checkout's sources) never gets
+    a run's checkpoints/, tb/ and metrics.json: refused before torch loads, nothing written."""
     target = tmp_path / "project"
     target.mkdir()
     (target / "tokenizer_src.json").write_text('{"mine": true}\n')
@@ -71,14 +72,14 @@ def test_a_new_run_never_writes_among_other_files(tmp_path):
 
 @pytest.fixture
 def raced(monkeypatch):
-    """Both runs of a race passed the guard while the dir was still empty: the guard's check of
-    the dir is skipped here, so the second run meets the first at the lock."""
+    """Two runs racing for one dir both pass the guard while it is still empty: the guard's check
+    of the dir is skipped here, so the second run meets the first at the lock."""
     monkeypatch.setattr(dirs, "check_new_dir", lambda run_dir, can_resume: None)
 
 
 def test_the_run_refused_at_the_lock_leaves_no_config(tmp_path, raced):
-    """Hydra wrote .hydra/ before the lock was taken: the refused run's config (seed 2) stood
-    beside the running one's record (seed 1), and resuming it with its true command failed."""
+    """.hydra/ is written under the lock: the refused run's config (seed 2) never stands beside
+    the running one's record (seed 1)."""
     run_dir = tmp_path / "shared"
     with owning(run_dir, "train"):  # the first run, still at work
         second = run_cli_in_process(tmp_path, *TINY, "seed=2", f"hydra.run.dir={run_dir}")

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from attnexp.cli.train import plugin_installed
 from attnexp.errors import ConfigError
 from attnexp.runs import report, sweeps
-from attnexp.runs.dirs import write_run_config
+from attnexp.runs.layout import write_run_config
 from attnexp.runs.search import SWEEPER_TARGET
 from attnexp.runs.sweeps import FailedJobs, SweepDirGuard, check_strategy, sweep_subdir, swept_keys
 
@@ -128,8 +128,8 @@ def test_a_command_line_value_wins_over_the_sweepers_params(tmp_path):
 
 
 def test_the_sweep_config_is_saved_for_sweepers_that_save_none(tmp_path):
-    """Optuna saves no multirun.yaml; without it every job's name listed a key the command line
-    fixes (`scorer=dot` beside the searched ones). The guard saves the sweep's config first."""
+    """Optuna saves no multirun.yaml; the guard saves the sweep's config first, so a job's name
+    lists only the searched keys, not one the command line fixes (`scorer=dot`)."""
     sweep = tmp_path / "sweep"
     config = {
         "hydra": {

@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnexp.errors import ConfigError
 from attnexp.runner.config import package_configs
-from attnexp.runs.dirs import override_key
+from attnexp.runs.overrides import override_key
 from attnexp.schema import fixed_by_run
 
 

@@ -22,8 +22,8 @@ from attnexp.cli.overrides import quote_equals_values
 from attnexp.errors import ConfigError, exit_with
 from attnexp.runner.config import register_resolvers
 from attnexp.runner.load import check_ckpt_exists
-from attnexp.runs.dirs import natural_key
 from attnexp.runs.lock import owning
+from attnexp.runs.naming import natural_key
 from attnexp.runs.record import METRICS_FILE, RunRecord
 
 log = logging.getLogger(__name__)

@@ -38,7 +38,7 @@ from attnexp.runner.explain_page import (
 )
 from attnexp.runner.load import check_ckpt_exists, load_choices, read_run_yaml
 from attnexp.runs.collect import read_records
-from attnexp.runs.dirs import RUN_CONFIG, run_holding
+from attnexp.runs.layout import RUN_CONFIG, run_holding
 
 register_resolvers()
 

@@ -19,7 +19,8 @@ from attnexp.cli.overrides import first_job_config, quote_equals_values, unknown
 from attnexp.errors import ConfigError, exit_with
 from attnexp.runner.config import register_resolvers
 from attnexp.runner.settings import check_values
-from attnexp.runs.dirs import is_other_rank, natural_key
+from attnexp.runs.naming import natural_key
+from attnexp.runs.ranks import is_other_rank
 from attnexp.runs.sweeps import FAILED_JOBS
 
 log = logging.getLogger(__name__)

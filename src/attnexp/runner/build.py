@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 
 from attnexp.data.base import AttnDataModule
 from attnexp.errors import ConfigError
-from attnexp.runs.dirs import override_key
+from attnexp.runs.overrides import override_key
 from attnexp.schema import Renamed, rule_for
 
 log = logging.getLogger(__name__)

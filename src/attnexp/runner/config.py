@@ -8,7 +8,8 @@ from hydra import initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from attnexp.runs.dirs import new_run_name, resolve_run_dir
+from attnexp.runs.naming import new_run_name
+from attnexp.runs.resume import resolve_run_dir
 from attnexp.runs.sweeps import sweep_subdir
 
 

@@ -33,7 +33,7 @@ from attnexp.runner.trainer import (
     device_name,
     refused_settings,
 )
-from attnexp.runs.dirs import override_key
+from attnexp.runs.overrides import override_key
 from attnexp.runs.record import METRICS_FILE, RunRecord
 
 register_resolvers()

@@ -39,7 +39,8 @@ from attnexp.runner.load import (
 )
 from attnexp.runner.predict import check_device, figure_folders, runs_to_compare
 from attnexp.runner.threads import set_threads
-from attnexp.runs.dirs import new_run_name, run_holding
+from attnexp.runs.layout import run_holding
+from attnexp.runs.naming import new_run_name
 from attnexp.schema import EXPLAIN
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ from omegaconf import DictConfig
 
 from attnexp.runner.explain_examples import examples_section
 from attnexp.runs.collect import Run, find_runs
-from attnexp.runs.report import markdown_table, mean_std
+from attnexp.runs.tables import markdown_table, mean_std
 
 PAGE_FILE = "explain.md"
 SHOWN_CHOICES = ("model", "scorer", "data", "recipe")

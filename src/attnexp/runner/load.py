@@ -1,7 +1,7 @@
 """Load a finished run back: its composed config, its Hydra choices, its checkpoints.
 
 Shared by evaluate and predict (`attnexp.runner.evaluate`, `attnexp.runner.predict`). A run dir
-(see `attnexp.runs.dirs`) holds `.hydra/config.yaml` (the composed config, interpolations
+(see `attnexp.runs.layout`) holds `.hydra/config.yaml` (the composed config, interpolations
 unresolved), `.hydra/hydra.yaml` (which group options were chosen) and `checkpoints/*.ckpt`.
 
     cfg, choices, run_dir = load_run(ckpt_path, overrides=["paths.data_dir=/data"])
@@ -21,7 +21,8 @@ from omegaconf import DictConfig, OmegaConf
 from attnexp.errors import ConfigError, message_lines, require_seed
 from attnexp.files import TORCH_LOAD_ERRORS, allow_checkpoint_globals
 from attnexp.runner.settings import SEED_KEYS
-from attnexp.runs.dirs import RUN_CONFIG, override_key, run_holding
+from attnexp.runs.layout import RUN_CONFIG, run_holding
+from attnexp.runs.overrides import override_key
 from attnexp.runs.record import LAST_CKPT, METRICS_FILE, read_record
 
 if TYPE_CHECKING:

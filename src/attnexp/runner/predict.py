@@ -30,7 +30,8 @@ from attnexp.runner.load import (
     run_settings_hint,
 )
 from attnexp.runs.collect import EVALUATE, Run, read_records
-from attnexp.runs.dirs import holds_run, new_run_name, run_holding
+from attnexp.runs.layout import holds_run, run_holding
+from attnexp.runs.naming import new_run_name
 from attnexp.runs.record import METRICS_FILE
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnexp.errors import ConfigError
 from attnexp.runner.threads import available_cores
-from attnexp.runs.dirs import flat_config
+from attnexp.runs.flatten import flat_config
 from attnexp.schema import Rule, declared_items
 
 SEED_KEYS = ("seed", "data.seed", "data.split_seed")  # the run's data and weights follow them

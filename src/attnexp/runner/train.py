@@ -29,19 +29,15 @@ from attnexp.runner.config import register_resolvers
 from attnexp.runner.cpu_kernels import check_cpu_kernels
 from attnexp.runner.threads import set_threads
 from attnexp.runner.trainer import check_trainer_settings, device_name, make_trainer, monitors
-from attnexp.runs.dirs import (
-    NO_RESUME,
-    check_claimed,
-    flat_config,
-    holds_run,
-    is_other_rank,
-    is_run,
-    override_arg,
-    write_run_config,
-)
+from attnexp.runs.dirs import check_claimed
+from attnexp.runs.flatten import flat_config
+from attnexp.runs.layout import holds_run, is_run, write_run_config
 from attnexp.runs.lock import owning
+from attnexp.runs.overrides import override_arg
+from attnexp.runs.ranks import is_other_rank
 from attnexp.runs.record import COMPLETED, LAST_CKPT, PRUNED, WORKER_KEYS, RunRecord
 from attnexp.runs.requeue import RECORD_KEY, requeued_run, scheduler_job
+from attnexp.runs.resume import NO_RESUME
 from attnexp.runs.sweeps import check_strategy
 from attnexp.tasks import ClassificationTask
 from attnexp.tasks.callbacks import best_checkpoint_callback, last_validation

@@ -16,9 +16,10 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from attnexp.runs.dirs import flat_config, natural_key
+from attnexp.runs.flatten import flat_config
 from attnexp.runs.lock import lock_held
 from attnexp.runs.machine import NOT_RECORDED, machine_label
+from attnexp.runs.naming import natural_key
 from attnexp.runs.record import METRICS_FILE, read_record
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ def lock_held(run_dir: Path | str) -> bool | None:
     its pid (a pid is reused by new processes). None where that cannot be told: a lock file this
     user may not open."""
     path = Path(run_dir) / LOCK_FILE
-    if not path.is_file():  # never locked (or by an attnexp without locks): nobody holds it
+    if not path.is_file():  # never locked: nobody holds it
         return False
     lock = FileLock(path, timeout=0)
     try:

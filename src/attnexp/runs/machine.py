@@ -14,7 +14,7 @@ from pathlib import Path
 
 CPUINFO = Path("/proc/cpuinfo")
 PACKAGE_DIR = Path(__file__).resolve().parent
-NOT_RECORDED = "not recorded"  # the machine of a record written before runs recorded it
+NOT_RECORDED = "not recorded"  # the machine of a record that names none
 
 
 def cpu_model(cpuinfo: Path = CPUINFO) -> str:
@@ -94,7 +94,7 @@ def describe_machine() -> dict:
 
 def machine_label(machine: dict | None, torch_threads: int | None = None) -> str:
     """One line naming what decides the numbers: "AMD EPYC (...), AVX512, 1 torch thread, torch
-    2.13.0+cpu"; "not recorded" for a record written before runs recorded their machine.
+    2.13.0+cpu"; "not recorded" for a record that names no machine.
 
     `torch_threads`: the threads the run trained with (the record's `torch_threads`, set after
     the machine was described at the record's start); else the machine's count then."""

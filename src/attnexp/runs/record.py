@@ -217,8 +217,8 @@ class RunRecord:
     def put_back_earlier(self, err: BaseException) -> bool:
         """A resumed attempt that ends (fails, or is interrupted) before it saves a checkpoint
         leaves the run as it was: the earlier record goes back as metrics.json, with the failure
-        added under `failed_resumes`. A failed record with no metrics made a completed run read as
-        failed in reports, though its checkpoints were unchanged. Returns whether it did.
+        added under `failed_resumes`, so a run whose checkpoints the attempt left unchanged reads
+        in reports as it did before. Returns whether it did.
 
         An attempt that saved a checkpoint has changed the run: its failed record stays, and the
         earlier one stays beside it.

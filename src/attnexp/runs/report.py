@@ -1,24 +1,22 @@
 """The report of a folder of runs (a multirun dir, say), `python -m attnexp.report <dir>`.
 
 Writes into <dir>: `report.csv` (one row per run: its varied settings, status, final metrics),
-`report.md` (the runs, and mean +- std over seeds for each variant) and PNG plots (validation
-accuracy per epoch for each variant, and BLEU for translation runs; accuracy against bag size for
-bag runs). Reads only the
-runs' `metrics.json` and `.hydra/`, so it works on incomplete sweeps and on runs still going
-(their last epoch is shown and the status says `running` while the run dir's lock is held, or
-`killed` where nobody holds it: the process that wrote `running` ended without a word).
+`report.md` (the runs, and mean +- std over seeds for each variant; tables.py) and PNG plots
+(validation accuracy per epoch for each variant, and BLEU for translation runs; accuracy against
+bag size for bag runs). Reads only the runs' `metrics.json` and `.hydra/`, so it works on
+incomplete sweeps and on runs still going (their last epoch is shown and the status says
+`running` while the run dir's lock is held, or `killed` where nobody holds it: the process that
+wrote `running` ended without a word).
 
 Which runs are variants of one another, and which one counts where a seed is repeated: see
-`attnexp.runs.collect`.
-Evaluation records (`python -m attnexp.evaluate`) are listed apart, not counted as runs.
+`attnexp.runs.collect`. Evaluation records (`python -m attnexp.evaluate`) are listed apart, not
+counted as runs.
 """
 
 import csv
 import logging
 import math
 import re
-import statistics
-from collections import Counter
 from pathlib import Path
 
 from attnexp.files import not_a_folder
@@ -30,18 +28,18 @@ from attnexp.runs.collect import (
     same_config_variants,
     varied_keys,
 )
-from attnexp.runs.dirs import natural_key
 from attnexp.runs.record import METRICS_FILE
 from attnexp.runs.sweeps import planned_jobs
+from attnexp.runs.tables import (
+    evaluations_markdown,
+    machines_markdown,
+    metric_columns,
+    runs_markdown,
+    variants_markdown,
+)
 
 log = logging.getLogger(__name__)
 
-# Shown in the Markdown tables when present (the CSV has every metric); translation runs' BLEU
-# and chrF are those of the task's main decoding (beam, or greedy with decode.beam_size=1).
-MAIN_METRICS = (
-    *("val/acc_best", "val/acc", "test/acc", "test/acc_variable", "test/f1"),
-    *("val/bleu_best", "val/bleu", "test/bleu", "test/chrf", "test/ppl", "test/ppl_free"),
-)
 # Per-epoch validation plots: (metric, file stem, report.md section title, y-axis label).
 VAL_PLOTS = (
     ("val/acc", "val_acc", "Validation accuracy per epoch", "validation accuracy"),
@@ -49,15 +47,6 @@ VAL_PLOTS = (
 )
 BAG_METRIC = re.compile(r"^test/acc_bag(\d+)$")
 TITLE = "# Report: "  # report.md's first line names the folder of runs it reports on
-
-
-def metric_columns(runs: list[Run], main_only: bool) -> list[str]:
-    present = {k for run in runs for k in run.metrics}
-    main = [k for k in MAIN_METRICS if k in present]
-    if main_only and main:
-        return main
-    rest = sorted(present - set(main), key=natural_key)
-    return main + rest
 
 
 def run_rows(runs: list[Run]) -> tuple[list[str], list[dict]]:
@@ -86,118 +75,6 @@ def run_rows(runs: list[Run]) -> tuple[list[str], list[dict]]:
         row.update({k: run.metrics.get(k) for k in metrics})
         rows.append(row)
     return header, rows
-
-
-def group_variants(runs: list[Run]) -> dict[str, list[Run]]:
-    groups: dict[str, list[Run]] = {}
-    for run in runs:
-        groups.setdefault(run.variant_label, []).append(run)
-    return groups
-
-
-def mean_std(values: list[float]) -> str:
-    """Over the finite values; NaN or inf ones (a diverged run) are counted beside them."""
-    finite = [v for v in values if math.isfinite(v)]
-    others = f" (+{len(values) - len(finite)} NaN/inf)" if len(finite) < len(values) else ""
-    if not finite:
-        return "nan" if values else ""
-    if len(finite) == 1:
-        return f"{finite[0]:.4f}{others}"
-    return f"{statistics.mean(finite):.4f} ± {statistics.stdev(finite):.4f}{others}"
-
-
-def _fmt(value) -> str:
-    if value is None:
-        return ""
-    return f"{value:.4f}" if isinstance(value, float) else str(value)
-
-
-def _status_cell(status: str) -> str:
-    return status if status == "completed" else f"**{status.upper()}**"
-
-
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def variants_markdown(runs: list[Run]) -> str:
-    """Mean +- std over the completed seeds of each variant; failed and running ones counted,
-    a repeated seed not (the table says which run is left out)."""
-    varied = varied_keys(runs)
-    metrics = metric_columns(runs, main_only=True)
-    header = [*(varied or ["variant"]), "seeds", "completed", *metrics]
-    rows = []
-    for label, members in group_variants(runs).items():
-        counted = [r for r in members if not r.repeat_of]
-        done = [r for r in counted if r.status == "completed"]
-        notes = [r.status for r in counted if r.status != "completed"]
-        notes += [f"{r.name} repeats seed {r.seed}, not counted" for r in members if r.repeat_of]
-        completed = f"{len(done)}/{len(counted)}" + (f" ({', '.join(notes)})" if notes else "")
-        seeds = ",".join(_fmt(r.seed) for r in counted)
-        keys = [members[0].variant.get(k, "-") for k in varied] if varied else [label]
-        cells = [mean_std([r.metrics[m] for r in done if m in r.metrics]) for m in metrics]
-        rows.append([*keys, seeds, completed, *cells])
-    return markdown_table(header, rows)
-
-
-def runs_markdown(runs: list[Run]) -> str:
-    varied = varied_keys(runs)
-    metrics = metric_columns(runs, main_only=True)
-    machines = len(machine_counts(runs)) > 1
-    header = ["run", "status", "seed", *varied, "epochs", *metrics, "note"]
-    header += ["machine"] if machines else []
-    rows = []
-    for run in runs:
-        rows.append(
-            [
-                run.name,
-                _status_cell(run.status),
-                _fmt(run.seed),
-                *(run.variant.get(k, "-") for k in varied),
-                str(len(run.history)),
-                *(_fmt(run.metrics.get(m)) for m in metrics),
-                run.note,
-                *([run.machine] if machines else []),
-            ]
-        )
-    return markdown_table(header, rows)
-
-
-def machine_counts(runs: list[Run]) -> dict[str, int]:
-    return dict(Counter(run.machine for run in runs).most_common())
-
-
-def machines_markdown(runs: list[Run]) -> str:
-    """Where the runs ran. The same config and seed can give a different number on a CPU with
-    other vector instructions, or with another torch or thread count, so runs from several
-    machines are not exact repeats of each other."""
-    counts = machine_counts(runs)
-    if len(counts) == 1:
-        return f"Machine: {next(iter(counts))}."
-    listed = "; ".join(f"{label} ({n} run{'' if n == 1 else 's'})" for label, n in counts.items())
-    return (
-        f"The runs ran on {len(counts)} machines: {listed}. The same config and seed can give "
-        f"another number on another machine (by about as much as another seed)."
-    )
-
-
-def evaluations_markdown(evaluations: list[Run]) -> str:
-    metrics = metric_columns(evaluations, main_only=True)
-    header = ["record", "status", "evaluated run", DATA_KEY, *metrics, "note"]
-    rows = [
-        [
-            run.name,
-            _status_cell(run.status),
-            run.evaluated,
-            run.settings.get(DATA_KEY, ""),
-            *(_fmt(run.metrics.get(m)) for m in metrics),
-            run.note,
-        ]
-        for run in evaluations
-    ]
-    return markdown_table(header, rows)
 
 
 def bag_size_curves(runs: list[Run]) -> dict[str, dict[int, list[float]]]:
@@ -253,8 +130,6 @@ def check_report_dir(root: Path, out_dir: Path) -> None:
 
 def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
     """Write report.csv, report.md and the plots; returns what was written."""
-    from attnexp.viz.report import plot_bag_sizes, plot_val_curves
-
     root = Path(root)
     out_dir = Path(out_dir) if out_dir is not None else root
     runs, evaluations = find_records(root)
@@ -266,15 +141,27 @@ def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
         )
     check_report_dir(root, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    written: dict[str, Path] = {}
+    written = {"csv": write_csv(runs, out_dir / "report.csv"), **write_plots(runs, out_dir)}
+    written["markdown"] = out_dir / "report.md"
+    written["markdown"].write_text(report_markdown(root, runs, evaluations, written))
+    return written
 
+
+def write_csv(runs: list[Run], path: Path) -> Path:
     header, rows = run_rows(runs)
-    written["csv"] = out_dir / "report.csv"
-    with written["csv"].open("w", newline="") as f:
+    with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=header)
         writer.writeheader()
         writer.writerows(rows)
+    return path
 
+
+def write_plots(runs: list[Run], out_dir: Path) -> dict[str, Path]:
+    """The validation curves of each `VAL_PLOTS` metric the runs logged, and accuracy against
+    bag size for bag runs; keyed by file stem, and `bag_size`."""
+    from attnexp.viz.report import plot_bag_sizes, plot_val_curves
+
+    written: dict[str, Path] = {}
     for metric, stem, _, label in VAL_PLOTS:
         curves = val_curves(runs, metric)
         if curves:
@@ -282,7 +169,12 @@ def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
     bags = bag_size_curves(runs)
     if bags:
         written["bag_size"] = plot_bag_sizes(bags, out_dir / "acc_vs_bag_size.png")
+    return written
 
+
+def summary_lines(root: Path, runs: list[Run]) -> list[str]:
+    """report.md's head: the folder, the runs by status, where they ran, what data they saw, and
+    variants that ran one and the same config."""
     by_status = {s: sum(r.status == s for r in runs) for s in sorted({r.status for r in runs})}
     parts = [
         f"{TITLE}{root.resolve()}",
@@ -307,17 +199,16 @@ def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
             f"composed config on the same data (a command-line setting overrode what was to set "
             f"them apart), so their rows are one experiment, not {len(labels)}."
         )
-    parts += [
-        "",
-        "## Variants (mean ± std over seeds, completed runs only)",
-        "",
-        variants_markdown(runs),
-        "",
-        "## Runs",
-        "",
-        runs_markdown(runs),
-        "",
-    ]
+    return parts
+
+
+def report_markdown(
+    root: Path, runs: list[Run], evaluations: list[Run], written: dict[str, Path]
+) -> str:
+    """report.md: the summary, the tables, the jobs that never ran and the plots in `written`."""
+    parts = summary_lines(root, runs)
+    parts += ["", "## Variants (mean ± std over seeds, completed runs only)", ""]
+    parts += [variants_markdown(runs), "", "## Runs", "", runs_markdown(runs), ""]
     never_ran = jobs_never_run(root, runs)
     if never_ran:
         parts[2] += f" Planned but never run: {len(never_ran)} (below)."
@@ -332,9 +223,7 @@ def write_report(root: Path, out_dir: Path | None = None) -> dict[str, Path]:
     ):
         if key in written:
             parts += [f"## {title}", "", f"![{title}]({written[key].name})", ""]
-    written["markdown"] = out_dir / "report.md"
-    written["markdown"].write_text("\n".join(parts))
-    return written
+    return "\n".join(parts)
 
 
 def jobs_never_run(root: Path, runs: list[Run]) -> list[list[str]]:

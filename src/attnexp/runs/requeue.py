@@ -17,6 +17,7 @@ from attnexp.runs.record import LAST_CKPT, existing_record
 RECORD_KEY = "scheduler_job"
 # Lightning's rule for a SLURM job that is not run through srun tasks (salloc's shell): no SLURM.
 INTERACTIVE_JOB_NAMES = ("bash", "interactive")
+ONE_WRITER = "two processes never write one run dir"
 
 
 def scheduler_job() -> dict[str, str] | None:
@@ -51,38 +52,42 @@ def restarted() -> bool:
     return job["scheduler"] != "slurm" or int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0
 
 
+def _not_continued(run_dir: Path, record: dict, job: dict[str, str] | None) -> str | None:
+    """Why this process may not continue the run in `run_dir` (None: it is this job's own
+    unfinished run, requeued, and no process holds it)."""
+    theirs = record.get(RECORD_KEY)
+    if job is None or theirs != job:
+        started = (
+            f"by {theirs['scheduler']} job {theirs['id']}" if theirs else "outside a scheduler"
+        )
+        here = f"in {job['scheduler']} job {job['id']}" if job else "outside a scheduler"
+        return (
+            f", started {started}, and this process runs {here}: only its own job, requeued, "
+            f"continues a run in its dir (give a new dir, or resume it on its own: python -m "
+            f"attnexp <its overrides> resume=<its dir>)"
+        )
+    this_job = f"this {job['scheduler']} job ({job['id']})"
+    if record.get("status") == "completed":
+        return (
+            f", completed by {this_job}: a finished run is not trained again (to train it on: "
+            f"python -m attnexp <its overrides> resume=<its dir> with a raised trainer.max_epochs)"
+        )
+    if not restarted():
+        return (
+            f" of {this_job}, which the scheduler did not requeue (SLURM_RESTART_COUNT unset or "
+            f"0): {ONE_WRITER}"
+        )
+    if lock_held(run_dir):
+        return f" of {this_job}, still held by {owner_of(run_dir)}: {ONE_WRITER}"
+    return None
+
+
 def continues_own_run(run_dir: Path) -> bool:
     """True when `run_dir` holds this job's own unfinished run, which this process, the job
     requeued, continues. Raises ConfigError when it holds a finished run or another job's."""
-    record = existing_record(run_dir)
-    job = scheduler_job()
-    where = f"{run_dir} holds a run already"
-    if job is None or record.get(RECORD_KEY) != job:
-        theirs = record.get(RECORD_KEY)
-        raise ConfigError(
-            f"{where}, started "
-            + (f"by {theirs['scheduler']} job {theirs['id']}" if theirs else "outside a scheduler")
-            + ", and this process runs "
-            + (f"in {job['scheduler']} job {job['id']}" if job else "outside a scheduler")
-            + ": only its own job, requeued, continues a run in its dir (give a new dir, or "
-            "resume it on its own: python -m attnexp <its overrides> resume=<its dir>)"
-        )
-    if record.get("status") == "completed":
-        raise ConfigError(
-            f"{where}, completed by this {job['scheduler']} job ({job['id']}): a finished run is "
-            f"not trained again (to train it on: python -m attnexp <its overrides> "
-            f"resume=<its dir> with a raised trainer.max_epochs)"
-        )
-    if not restarted():
-        raise ConfigError(
-            f"{where} of this {job['scheduler']} job ({job['id']}), which the scheduler did not "
-            f"requeue (SLURM_RESTART_COUNT unset or 0): two processes never write one run dir"
-        )
-    if lock_held(run_dir):
-        raise ConfigError(
-            f"{where} of this {job['scheduler']} job ({job['id']}), still held by "
-            f"{owner_of(run_dir)}: two processes never write one run dir"
-        )
+    problem = _not_continued(run_dir, existing_record(run_dir), scheduler_job())
+    if problem is not None:
+        raise ConfigError(f"{run_dir} holds a run already{problem}")
     return True
 
 

@@ -19,19 +19,22 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnexp.errors import ConfigError
 from attnexp.runs.dirs import (
-    NO_RESUME,
-    RESUME_KEY,
     check_output_dir_not_set,
     check_output_root,
+    check_outside_runs,
     guarding,
-    holds_run,
-    override_key,
-    run_holding,
-    short_setting,
 )
+from attnexp.runs.layout import holds_run
+from attnexp.runs.naming import short_setting
+from attnexp.runs.overrides import override_key
 from attnexp.runs.record import ENDED_WELL, METRICS_FILE, read_record
+from attnexp.runs.resume import NO_RESUME, RESUME_KEY
 
 log = logging.getLogger(__name__)
+
+NEW_SWEEP_DIR = (
+    "give a new hydra.sweep.dir=..., or leave hydra.sweep.dir out for a new timestamped dir"
+)
 
 MAX_NAME = 160  # file systems allow 255 bytes per path component
 # This process's multirun jobs that failed (run dirs), for the exit status: the jobs that ran here
@@ -132,19 +135,12 @@ class SweepDirGuard(Callback):
             check_launcher(config)
             check_output_root(config, "hydra.sweep.dir")
             sweep_dir = Path(config.hydra.sweep.dir)
-            held = run_holding(sweep_dir)
-            if held is not None and held != sweep_dir.expanduser().resolve():
-                raise ConfigError(
-                    f"hydra.sweep.dir={sweep_dir} lies inside the run {held}, whose files are "
-                    f"never mixed with other output (give a new hydra.sweep.dir=..., or leave "
-                    f"hydra.sweep.dir out for a new timestamped dir)"
-                )
+            check_outside_runs("hydra.sweep.dir", sweep_dir, NEW_SWEEP_DIR)
             found = earlier_sweep(sweep_dir)
             if found is not None:
                 raise ConfigError(
                     f"hydra.sweep.dir={sweep_dir} holds an earlier sweep ({found} exists): its "
-                    f"jobs would be re-run into the same dirs (give a new hydra.sweep.dir=..., or "
-                    f"leave hydra.sweep.dir out for a new timestamped dir)"
+                    f"jobs would be re-run into the same dirs ({NEW_SWEEP_DIR})"
                 )
             sweep_dir.mkdir(parents=True, exist_ok=True)
             OmegaConf.save(config, sweep_dir / "multirun.yaml")
