@@ -84,7 +84,9 @@ def test_a_recurrent_decoder_keeps_its_weights_under_the_identity_replacement():
 
 def test_a_transformer_is_read_per_layer_and_head_and_not_replaced():
     torch.manual_seed(0)
-    model = TransformerSeq2Seq(12, 12, max_len=8, hidden_size=8, num_layers=2, num_heads=2, ffn_size=16)
+    model = TransformerSeq2Seq(
+        12, 12, max_len=8, hidden_size=8, num_layers=2, num_heads=2, ffn_size=16
+    )
     translation = Translation(model)
     pairs = pairs_of(translation_batch(), max_tokens=2)
     _, maps = translation.attention_maps(pairs)
