@@ -1,5 +1,6 @@
 """The declared ranges of the settings in conf/: one table per config group (`SCHEMA`), the one
-place where what a key may hold is written down.
+place where what a key may hold is written down; `COMMANDS` holds the own settings of the
+commands that work on a finished run (predict).
 
 The command line checks every declared key of a composed config before torch loads
 (`attnexp.runner.settings.check_declared`), so a key gets its check by being declared here, and
@@ -298,6 +299,19 @@ SCHEMA: dict[str, dict[str, Rule]] = {
         "*.min_delta": NON_NEGATIVE,
         "*.num_examples": POSITIVE,
         "*.every_n_epochs": POSITIVE,
+    },
+}
+
+
+# The settings of the commands that work on a finished run (conf/<command>.yaml), by full key.
+COMMANDS: dict[str, dict[str, Rule]] = {
+    "predict": {
+        "batch_size": POSITIVE,
+        "max_figures": POSITIVE,
+        "figures": Switch(),
+        "attention": Switch(),
+        "decode.beam_size": nullable(POSITIVE, "the run's decode.beam_size"),
+        "decode.n_best": POSITIVE,
     },
 }
 

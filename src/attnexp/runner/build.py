@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from attnexp.data.base import AttnDataModule
 from attnexp.errors import ConfigError
 from attnexp.runs.dirs import override_key
+from attnexp.tasks.privates import full_key
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ def unexpected_argument(cause: BaseException | None, node: DictConfig) -> Config
     if not unknown:
         return None
     name = unknown[0]
-    section = node._get_full_key(None) or "<section>"
+    section = full_key(node) or "<section>"
     takes = ", ".join(p for p in parameters if p != "self")
     return ConfigError(
         f"{section}.{name}: {target} takes no argument '{name}' (it takes: {takes}); a key added "
