@@ -4,9 +4,9 @@ Shared by evaluate and predict (`attnexp.runner.evaluate`, `attnexp.runner.predi
 (see `attnexp.runs.dirs`) holds `.hydra/config.yaml` (the composed config, interpolations
 unresolved), `.hydra/hydra.yaml` (which group options were chosen) and `checkpoints/*.ckpt`.
 
-    cfg, choices, run_dir = load_run(ckpt_path, overrides=["paths.data_dir=/data"])
-    datamodule, task = build(cfg, choices, artifacts_dir=run_dir)
-    load_weights(task, ckpt_path)
+    cfg, choices, run_dir, ckpt = load_run(ckpt_path, overrides=["paths.data_dir=/data"])
+    datamodule, task = build(cfg, choices, artifacts_dir=str(run_dir))
+    load_weights(task, ckpt)
 """
 
 import logging
