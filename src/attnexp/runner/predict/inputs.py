@@ -30,12 +30,9 @@ def texts_file_lines(cfg: DictConfig) -> list[str] | None:
     if cfg.texts_file is None:
         return None
     path = Path(cfg.texts_file).expanduser()
-    if path.is_dir():
-        raise ConfigError(
-            f"texts_file={path} is a directory (give a file with one example per line)"
-        )
     if not path.is_file():
-        raise ConfigError(f"texts_file={path} does not exist")
+        what = "is a directory (give a file with one example per line)"
+        raise ConfigError(f"texts_file={path} {what if path.is_dir() else 'does not exist'}")
     return read_lines(path, "texts_file")
 
 
