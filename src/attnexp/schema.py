@@ -1,6 +1,5 @@
 """The declared ranges of the settings in conf/: one table per config group (`SCHEMA`), the one
-place where what a key may hold is written down; `COMMANDS` holds the own settings of the
-commands that work on a finished run (predict).
+place where what a key may hold is written down.
 
 The command line checks every declared key of a composed config before torch loads
 (`attnexp.runner.settings.check_declared`), so a key gets its check by being declared here, and
@@ -303,19 +302,6 @@ SCHEMA: dict[str, dict[str, Rule]] = {
 }
 
 
-# The settings of the commands that work on a finished run (conf/<command>.yaml), by full key.
-COMMANDS: dict[str, dict[str, Rule]] = {
-    "predict": {
-        "batch_size": POSITIVE,
-        "max_figures": POSITIVE,
-        "figures": Switch(),
-        "attention": Switch(),
-        "decode.beam_size": nullable(POSITIVE, "the run's decode.beam_size"),
-        "decode.n_best": POSITIVE,
-    },
-}
-
-
 def _pattern(key: str) -> re.Pattern:
     return re.compile(
         r"\.".join("[^.]+" if part == "*" else re.escape(part) for part in key.split("."))
@@ -346,3 +332,15 @@ def fixed_by_run(key: str) -> bool:
     """Whether a finished run saved what it built from `key` (evaluate cannot change it)."""
     rule = rule_for(key)
     return rule is not None and rule.fixed_by_run
+
+
+# The predict command's own settings (conf/predict.yaml), checked before it loads a run. Not in
+# SCHEMA: no run's config holds them.
+PREDICT: dict[str, Rule] = {
+    "batch_size": POSITIVE,
+    "max_figures": POSITIVE,
+    "figures": Switch(),
+    "attention": Switch(),
+    "decode.beam_size": nullable(POSITIVE, "the run's decode.beam_size"),
+    "decode.n_best": POSITIVE,
+}

@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from attnexp.errors import ConfigError
 from attnexp.runner.threads import available_cores
 from attnexp.runs.dirs import flat_config
-from attnexp.schema import COMMANDS, Rule, declared_items
+from attnexp.schema import Rule, declared_items
 
 SEED_KEYS = ("seed", "data.seed", "data.split_seed")  # the run's data and weights follow them
 # A value that is another key's, as written: `${decode.beam_size}`.
@@ -43,12 +43,6 @@ def check_declared(cfg: DictConfig) -> None:
     """Every declared key of `cfg` within its declared range (`attnexp.schema.SCHEMA`)."""
     for key, rule, value, set_as in declared_values(cfg):
         rule.check(key, value, set_as)
-
-
-def check_command_settings(cfg: DictConfig, command: str) -> None:
-    """A command's own settings within their declared ranges (`attnexp.schema.COMMANDS`)."""
-    for key, rule in COMMANDS[command].items():
-        rule.check(key, OmegaConf.select(cfg, key))
 
 
 def check_values(cfg: DictConfig) -> None:

@@ -1,11 +1,11 @@
 """predict.yaml's own settings (and explain's device=), checked before anything is loaded."""
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from attnexp.errors import ConfigError
 from attnexp.runner.load import given_ckpt_path
-from attnexp.runner.settings import check_command_settings
+from attnexp.schema import PREDICT
 
 PREDICT_DEVICES = ("cpu", "cuda")
 
@@ -13,7 +13,8 @@ PREDICT_DEVICES = ("cpu", "cuda")
 def check_predict_settings(cfg: DictConfig) -> None:
     """predict.yaml's own settings, before anything is loaded."""
     given_ckpt_path(cfg)
-    check_command_settings(cfg, "predict")
+    for key, rule in PREDICT.items():
+        rule.check(key, OmegaConf.select(cfg, key))
     check_device(cfg.device, "predict")
 
 
