@@ -17,19 +17,11 @@ from attnexp.runner.cpu_kernels import check_cpu_kernels
 from attnexp.runs.record import RunRecord
 
 
-def no_refusal(err: BaseException) -> ConfigError | None:
-    return None
-
-
-def nothing_more(err: BaseException) -> None:
-    return None
-
-
 @contextmanager
 def recording(
     record: RunRecord,
-    refusal_of: Callable[[BaseException], ConfigError | None] = no_refusal,
-    after_failure: Callable[[BaseException], None] = nothing_more,
+    refusal_of: Callable[[BaseException], ConfigError | None] | None = None,
+    after_failure: Callable[[BaseException], None] | None = None,
 ) -> Iterator[RunRecord]:
     """Starts `record`; any exception (Ctrl-C and crashes alike) leaves status=failed behind and
     goes on. `refusal_of(err)`: the ConfigError that says `err` better, recorded and raised in
@@ -38,9 +30,10 @@ def recording(
     try:
         yield record
     except BaseException as err:
-        refusal = refusal_of(err)
+        refusal = refusal_of(err) if refusal_of is not None else None
         record.fail(refusal or err)
-        after_failure(err)
+        if after_failure is not None:
+            after_failure(err)
         if refusal is not None:
             raise refusal from err
         raise
