@@ -367,3 +367,15 @@ def fixed_by_run(key: str) -> bool:
     """Whether a finished run saved what it built from `key` (evaluate cannot change it)."""
     rule = rule_for(key)
     return rule is not None and rule.fixed_by_run
+
+
+# The predict command's own settings (conf/predict.yaml), checked before it loads a run. Not in
+# SCHEMA: no run's config holds them.
+PREDICT: dict[str, Rule] = {
+    "batch_size": POSITIVE,
+    "max_figures": POSITIVE,
+    "figures": Switch(),
+    "attention": Switch(),
+    "decode.beam_size": nullable(POSITIVE, "the run's decode.beam_size"),
+    "decode.n_best": POSITIVE,
+}

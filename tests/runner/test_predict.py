@@ -181,8 +181,8 @@ def test_clear_errors_without_traceback(run_dir, capsys, tmp_path):
             ["RUN", "text=hi", 'overrides=["data.max_seq_len=0"]'],
             r"data.max_seq_len=0 must be.*\(predict takes run settings as 'overrides=",
         ),
-        (["RUN", "text=hi", "batch_size=0"], "batch_size=0 must be a positive integer"),
-        (["RUN", "text=hi", "max_figures=-1"], "max_figures=-1 must be a positive integer"),
+        (["RUN", "text=hi", "batch_size=0"], "batch_size=0 must be a whole number >= 1"),
+        (["RUN", "text=hi", "max_figures=-1"], "max_figures=-1 must be a whole number >= 1"),
         (["RUN", "text=hi", "figures=maybe"], r"figures='maybe' must be true or false \(set"),
         (["RUN", "text=hi", "attention=no"], r"attention='no' must be true or false"),
         (["RUN", "text=hi", "device=cude"], "device=cude is not a torch device"),
@@ -688,16 +688,16 @@ def test_mhsa_scores_analysis_recomputes_the_models_own_weights(run_dir, tmp_pat
 def test_a_comparison_reads_its_texts_file_once(runs_folder, capsys, tmp_path, monkeypatch):
     """Every run gets the lines read once; a file that cannot be read is said as such, not as
     the first run's refusal."""
-    import attnexp.runner.predict
+    import attnexp.runner.predict.inputs
 
     reads = []
-    original = attnexp.runner.predict.read_lines
+    original = attnexp.runner.predict.inputs.read_lines
 
     def counted(*args):
         reads.append(args)
         return original(*args)
 
-    monkeypatch.setattr(attnexp.runner.predict, "read_lines", counted)
+    monkeypatch.setattr(attnexp.runner.predict.inputs, "read_lines", counted)
     texts = tmp_path / "texts.txt"
     texts.write_text("a great film\n")
     args = [f"ckpt_path={runs_folder}", f"texts_file={texts}", "figures=false"]

@@ -11,7 +11,7 @@ from translation_data import write_fra_eng
 
 from attnexp.cli.predict import main
 from attnexp.errors import ConfigError
-from attnexp.runner.predict import decode_settings
+from attnexp.runner.predict.inputs import decode_settings
 
 
 def train_translation_run(tmp, run_dir, *overrides):
@@ -117,7 +117,7 @@ def test_decode_settings_name_the_key(runs_folder, capsys, tmp_path):
         "decode.n_best=0",
         f"out_dir={tmp_path}",
     )
-    assert rc == 2 and "decode.n_best=0 must be a positive integer" in err
+    assert rc == 2 and "decode.n_best=0 must be a whole number >= 1" in err
     asked = OmegaConf.create({"decode": {"beam_size": 4, "n_best": 1}})
     with pytest.raises(ConfigError, match=r"decode.beam_size=4.*model=lstm_attn.*drop decode"):
         decode_settings(asked, OmegaConf.create({"model": {}}), "lstm_attn")

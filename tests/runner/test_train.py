@@ -37,20 +37,17 @@ from attnexp.runner.evaluate import (
     multi_process_test_note,
     run_overrides,
 )
-from attnexp.runner.load import find_checkpoint, load_run
-from attnexp.runner.train import (
+from attnexp.runner.final_metrics import (
     best_score,
-    check_resume_data,
     checkpoint_step,
-    draw_seed,
-    flatten_hparams,
-    one_line,
-    resume_step_of,
-    run_hparams,
     scalar_metrics,
     validation_at,
     with_val_of,
 )
+from attnexp.runner.hparams import flatten_hparams, run_hparams
+from attnexp.runner.load import find_checkpoint, load_run
+from attnexp.runner.resume import check_resume_data, one_line, resume_step_of
+from attnexp.runner.train import draw_seed
 from attnexp.runner.trainer import (
     check_trainer_settings,
     device_name,

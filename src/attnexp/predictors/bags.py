@@ -28,3 +28,6 @@ class BagPredictor:
 
     def prediction_figures(self, *args: Any, **kwargs: Any) -> list[Path]:
         return []
+
+    def probe_texts(self, batch: dict[str, torch.Tensor], task: Any) -> dict[str, str]:
+        return {}  # the figures say what the model made of the probes

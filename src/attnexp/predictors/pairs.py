@@ -8,8 +8,8 @@ import torch
 from matplotlib.figure import Figure
 
 from attnexp.predictors.answers import BatchAnswer, classify_batch
+from attnexp.predictors.contract import View
 
-View = tuple[list[str], dict[str, torch.Tensor]]  # an example's tokens, their weight per view
 LABEL_NAMES = ("not similar", "similar")
 
 
@@ -126,3 +126,6 @@ class PairPredictor:
             maps = [layer[b, :, :length, :length] for layer in attention]
             figures[f"attention/pair{b}"] = plot_pair_attention(tokens, maps, title)
         return figures
+
+    def probe_texts(self, batch: dict[str, torch.Tensor], task: Any) -> dict[str, str]:
+        return {}  # the figures say what the model made of the probes

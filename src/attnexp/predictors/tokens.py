@@ -9,8 +9,7 @@ from matplotlib.figure import Figure
 
 from attnexp.data.text import UNK_ID, encode_texts, truncate
 from attnexp.predictors.answers import BatchAnswer, classify_batch
-
-View = tuple[list[str], dict[str, torch.Tensor]]  # an example's tokens, their weight per view
+from attnexp.predictors.contract import View
 
 
 class TokenPredictor:
@@ -127,3 +126,6 @@ class TokenPredictor:
             f"attention/{tag}": token_heatmap(rows, w, labels, title=tag)
             for tag, w in weights.items()
         }
+
+    def probe_texts(self, batch: dict[str, torch.Tensor], task: Any) -> dict[str, str]:
+        return {}  # the figures say what the model made of the probes

@@ -19,8 +19,8 @@ from attnexp.data.translation_text import (
 )
 from attnexp.modules.decoding import beam_search
 from attnexp.predictors.answers import BatchAnswer
+from attnexp.predictors.contract import View
 
-View = tuple[list[str], dict[str, torch.Tensor]]  # source tokens, their weight per target token
 Alignment = tuple[list[str], torch.Tensor]  # target tokens ([EOS] last), weights (U, S)
 
 

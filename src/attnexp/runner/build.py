@@ -16,6 +16,7 @@ from attnexp.data.base import AttnDataModule
 from attnexp.errors import ConfigError
 from attnexp.runs.overrides import override_key
 from attnexp.schema import Renamed, rule_for
+from attnexp.tasks.privates import full_key
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ def instantiate_checked(node: DictConfig, **kwargs):
 
 def _section(node: DictConfig) -> str:
     """The config key of `node` (`model`, `scorer`)."""
-    return node._get_full_key(None) or "<section>"
+    return full_key(node) or "<section>"
 
 
 # An argument named in a constructor's message: `num_heads=3` (not `model.num_heads=3`).

@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 from omegaconf import DictConfig, OmegaConf
-from pytorch_lightning.accelerators import CPUAccelerator
 
 from attnexp.data.base import AttnDataModule, changed_splits
 from attnexp.errors import ConfigError, require_seed
 from attnexp.runner.build import build, check_data_dir, given, resolved_data_dir
 from attnexp.runner.config import register_resolvers
-from attnexp.runner.cpu_kernels import check_cpu_kernels
+from attnexp.runner.final_metrics import scalar_metrics
 from attnexp.runner.load import (
     given_ckpt_path,
     load_run,
@@ -26,7 +25,7 @@ from attnexp.runner.load import (
     read_weights,
     run_settings_hint,
 )
-from attnexp.runner.train import scalar_metrics
+from attnexp.runner.steps import check_kernels, record_data, recording, warn_about_data
 from attnexp.runner.trainer import (
     TRAINER_REFUSALS,
     check_cpu_precision,
@@ -65,6 +64,7 @@ def check_same_data(source: str, run_record: dict, run_cfg: DictConfig, override
 
 
 def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
+    """Rebuild the run, test its checkpoint, record the metrics (with the run's own beside them)."""
     overrides = run_overrides(cfg, cli_overrides)
     run_cfg, choices, run_dir, ckpt = load_run(given_ckpt_path(cfg), overrides, out_dir)
     if out_dir.resolve() == run_dir.resolve():
@@ -83,8 +83,7 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
         overrides=cli_overrides,
         extra={"kind": "evaluate", "run_dir": str(run_dir), "ckpt": str(ckpt)},
     )
-    record.start()
-    try:
+    with recording(record):
         longer = longer_than_trained(run_dir, run_cfg)
         if longer is not None:
             record.warn(longer)
@@ -92,43 +91,17 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
         pl.seed_everything(cfg.seed if cfg.seed is not None else run_cfg.seed, workers=True)
         # Built now: a trainer.* setting Lightning refuses is said before any data is loaded.
         trainer = make_test_trainer(cfg, run_cfg, out_dir)
-
-        def check_planned_data(datamodule: AttnDataModule) -> None:
-            # "hub" may still fall back to the sample: that is checked once the data is loaded
-            planned = datamodule.planned_source()
-            if planned in ("local", "sample"):
-                check_same_data(planned, run_record, run_cfg, overrides)
-
-        with run_settings_hint("evaluate"):
-            datamodule, task = build(
-                run_cfg, choices, artifacts_dir=str(run_dir), before_setup=check_planned_data
-            )
-        data_dir = resolved_data_dir(run_cfg.paths.data_dir)  # as train records it
-        record.update(
-            data_source=datamodule.source,
-            data_dir=data_dir,
-            data_fingerprints=datamodule.fingerprints,
+        datamodule, task = build_checked_data(run_cfg, choices, run_dir, run_record, overrides)
+        record_data(
+            record,
+            datamodule,
+            resolved_data_dir(run_cfg.paths.data_dir),  # as train records it
             choices=choices,
         )
-        changed = changed_splits(run_record.get("data_fingerprints"), datamodule.fingerprints)
-        if changed:
-            record.warn(
-                f"data: the {' and '.join(changed)} data differ from the run's (the data files "
-                f"changed since it trained?): this evaluation and the run's own metrics are of "
-                f"different data"
-                + (
-                    ", and its best checkpoint was picked on other validation data"
-                    if "val" in changed
-                    else ""
-                )
-            )
+        warn_changed_data(record, run_record, datamodule)
         check_same_data(datamodule.source, run_record, run_cfg, overrides)
-        if datamodule.source == "sample":
-            record.warn("data: evaluated on the embedded sample, not the full dataset")
-        for note in datamodule.notes:
-            record.warn(f"data: {note}")
-        if isinstance(trainer.accelerator, CPUAccelerator):
-            check_cpu_kernels(trainer.precision, task.model, "trainer.precision")
+        warn_about_data(record, datamodule, "evaluated")
+        check_kernels(trainer, task)
         load_weights(task, ckpt, weights)
         record.update(device=device_name(trainer))
         note = multi_process_test_note(
@@ -140,15 +113,41 @@ def evaluate(cfg: DictConfig, out_dir: Path, cli_overrides: list[str]) -> dict:
         metrics = scalar_metrics(trainer.callback_metrics)
         for note in task.notes:
             record.warn(note)
-    except BaseException as err:
-        record.fail(err)
-        raise
     record.update(run_metrics=run_record.get("metrics", {}))
     best = run_record.get("best_ckpt")
     if best and (run_dir / best).resolve() != ckpt.resolve():
         record.update(run_metrics_ckpt=best)  # the summary's run column says whose they are
     record.complete(metrics)
     return record.data
+
+
+def build_checked_data(
+    run_cfg: DictConfig, choices: dict, run_dir: Path, run_record: dict, overrides: list[str]
+) -> tuple[AttnDataModule, pl.LightningModule]:
+    """The run's DataModule and task, rebuilt; local or sample data is checked against the run's
+    before it is loaded."""
+
+    def check_planned_data(datamodule: AttnDataModule) -> None:
+        # "hub" may still fall back to the sample: that is checked once the data is loaded
+        planned = datamodule.planned_source()
+        if planned in ("local", "sample"):
+            check_same_data(planned, run_record, run_cfg, overrides)
+
+    with run_settings_hint("evaluate"):
+        return build(run_cfg, choices, artifacts_dir=str(run_dir), before_setup=check_planned_data)
+
+
+def warn_changed_data(record: RunRecord, run_record: dict, datamodule: AttnDataModule) -> None:
+    """Splits whose content differs from what the run read, as a warning of the record."""
+    changed = changed_splits(run_record.get("data_fingerprints"), datamodule.fingerprints)
+    if not changed:
+        return
+    picked = ", and its best checkpoint was picked on other validation data"
+    record.warn(
+        f"data: the {' and '.join(changed)} data differ from the run's (the data files "
+        f"changed since it trained?): this evaluation and the run's own metrics are of "
+        f"different data" + (picked if "val" in changed else "")
+    )
 
 
 def multi_process_test_note(run_device: str | None, limit: int | float | None) -> str | None:

@@ -4,9 +4,9 @@ Shared by evaluate and predict (`attnexp.runner.evaluate`, `attnexp.runner.predi
 (see `attnexp.runs.layout`) holds `.hydra/config.yaml` (the composed config, interpolations
 unresolved), `.hydra/hydra.yaml` (which group options were chosen) and `checkpoints/*.ckpt`.
 
-    cfg, choices, run_dir = load_run(ckpt_path, overrides=["paths.data_dir=/data"])
-    datamodule, task = build(cfg, choices, artifacts_dir=run_dir)
-    load_weights(task, ckpt_path)
+    cfg, choices, run_dir, ckpt = load_run(ckpt_path, overrides=["paths.data_dir=/data"])
+    datamodule, task = build(cfg, choices, artifacts_dir=str(run_dir))
+    load_weights(task, ckpt)
 """
 
 import logging
@@ -34,23 +34,28 @@ HYDRA_FILE = Path(".hydra") / "hydra.yaml"
 
 
 def given_ckpt_path(cfg: DictConfig) -> str:
-    """`ckpt_path=` of an evaluate or predict command, which has no default."""
-    if OmegaConf.is_missing(cfg, "ckpt_path"):
-        raise ConfigError("ckpt_path is missing: give ckpt_path=<a run dir or a .ckpt file>")
-    if cfg.ckpt_path is None or not str(cfg.ckpt_path).strip():
-        # an empty one read as the current folder: predict compared every run below it
-        raise ConfigError(
-            f"ckpt_path={'null' if cfg.ckpt_path is None else repr(cfg.ckpt_path)} names no path: "
-            f"give ckpt_path=<a run dir or a .ckpt file>"
+    """`ckpt_path=` of an evaluate or predict command, which has no default (an empty one would
+    read as the current folder)."""
+    missing = OmegaConf.is_missing(cfg, "ckpt_path")
+    if missing or cfg.ckpt_path is None or not str(cfg.ckpt_path).strip():
+        said = (
+            " is missing"
+            if missing
+            else f"={'null' if cfg.ckpt_path is None else repr(cfg.ckpt_path)} names no path"
         )
+        raise ConfigError(f"ckpt_path{said}: give ckpt_path=<a run dir or a .ckpt file>")
     return str(cfg.ckpt_path)
+
+
+def no_such_path(path: Path) -> ConfigError:
+    return ConfigError(f"ckpt_path={path} does not exist (give a .ckpt file or a run dir)")
 
 
 def check_ckpt_exists(cfg: DictConfig) -> None:
     """ckpt_path names something that is there: said by the command line, before torch loads."""
     path = Path(given_ckpt_path(cfg)).expanduser()
     if not path.exists():
-        raise ConfigError(f"ckpt_path={path} does not exist (give a .ckpt file or a run dir)")
+        raise no_such_path(path)
 
 
 @contextmanager
@@ -85,7 +90,7 @@ def find_checkpoint(path: str | Path) -> Path:
     if path.is_file():
         return path.resolve()
     if not path.is_dir():
-        raise ConfigError(f"ckpt_path={path} does not exist (give a .ckpt file or a run dir)")
+        raise no_such_path(path)
     path = run_holding(path) or path  # a folder inside a run (its checkpoints/): the run
     best = read_run_record(path).get("best_ckpt")
     if best:

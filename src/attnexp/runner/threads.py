@@ -11,7 +11,7 @@ import logging
 import math
 import os
 
-from attnexp.errors import ConfigError
+from attnexp.schema import rule_for
 
 log = logging.getLogger(__name__)
 
@@ -30,13 +30,8 @@ def auto_threads(cores: int, load: float) -> int:
 
 
 def check_threads(setting) -> None:
-    """trainer.threads is auto or a positive int (checked before torch is imported)."""
-    if setting == "auto" or (type(setting) is int and setting >= 1):
-        return
-    raise ConfigError(
-        f"trainer.threads={setting!r} is neither auto nor a positive number of threads "
-        f"(set trainer.threads=auto, or e.g. trainer.threads=1)"
-    )
+    """trainer.threads is auto or a positive int, as declared in `attnexp.schema`."""
+    rule_for("trainer.threads").check("trainer.threads", setting)
 
 
 def choose_threads(setting, on_cpu: bool, environ=os.environ) -> tuple[int | None, str]:

@@ -11,9 +11,11 @@ import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.strategies.launchers import _MultiProcessingLauncher
 
-from attnexp.errors import ConfigError, require_positive
+from attnexp.errors import ConfigError
 from attnexp.predictors import predictor_for
+from attnexp.schema import POSITIVE
 from attnexp.tasks.loggers import figure_loggers, log_figure, log_text
+from attnexp.tasks.privates import logger_step
 
 log = logging.getLogger(__name__)
 
@@ -39,17 +41,18 @@ def best_checkpoint_callback(trainer: pl.Trainer) -> ModelCheckpoint | None:
 
 class AttentionFigures(pl.Callback):
     """After each validation epoch, draw the attention of a fixed probe batch (tag `attention/...`)
-    into each logger that takes figures (TensorBoard, MLflow, W&B: tasks/loggers.py);
-    a predictor with `probe_texts` also logs them as text (translation: `translations/...`).
+    into each logger that takes figures (TensorBoard, MLflow, W&B: tasks/loggers.py), and the
+    predictor's `probe_texts` as text (translation: `translations/...`).
 
     The DataModule chooses the probe examples (`probe_batch`) and the predictor of its input kind
     draws the figure (`attnexp.predictors`), so one callback serves bags, reviews and pairs.
     """
 
     def __init__(self, num_examples: int = 8, every_n_epochs: int = 1) -> None:
-        # 0 would end the run with a ZeroDivisionError after its first epoch
-        require_positive("callbacks.attention_figures.num_examples", num_examples)
-        require_positive("callbacks.attention_figures.every_n_epochs", every_n_epochs)
+        # 0 would end the run with a ZeroDivisionError after its first epoch (the command line
+        # refuses it from the schema first, naming callbacks.<name>.*)
+        POSITIVE.check("num_examples", num_examples)
+        POSITIVE.check("every_n_epochs", every_n_epochs)
         self.num_examples = num_examples
         self.every_n_epochs = every_n_epochs
 
@@ -69,9 +72,7 @@ class AttentionFigures(pl.Callback):
         with torch.no_grad(), full_parameters(trainer):
             output = pl_module.model(**inputs, return_attention=True)
             # what the model makes of the probes in words (translation: its translations)
-            texts = (
-                predictor.probe_texts(batch, pl_module) if hasattr(predictor, "probe_texts") else {}
-            )
+            texts = predictor.probe_texts(batch, pl_module)
         pl_module.train(was_training)
         figures = predictor.attention_figure(batch, output.logits, output.attention)
         if figures is not None and not isinstance(figures, dict):
@@ -80,7 +81,7 @@ class AttentionFigures(pl.Callback):
             return
         # At the step of the val/* points (Lightning's logger step), before the checkpoint's global
         # step: a resumed run's TensorBoard purge (tasks/loggers.py) hides what is at or after that.
-        step = trainer.fit_loop.epoch_loop._batches_that_stepped
+        step = logger_step(trainer)
         for tag, text in texts.items():
             for writer in writers:
                 log_text(writer, tag, text, step)
@@ -176,7 +177,7 @@ class EpochHistory(pl.Callback):
         """The task's notes on what its numbers measure (e.g. one class only), into the record
         here, in the process that evaluated: under ddp_spawn that is a worker, whose task the main
         process never sees (train.py reloads the record's warnings)."""
-        for note in getattr(pl_module, "notes", []):
+        for note in pl_module.notes:
             if note not in self.record.data["warnings"]:
                 self.record.warn(note)
 
@@ -232,9 +233,9 @@ def last_validation(record, epoch: int | None = None) -> dict[str, float]:
 
 
 class FiniteLosses(pl.Callback):
-    """Ends a run whose loss turned NaN or infinite: its weights are then mostly no longer
-    numbers, and it went on to test them and record "completed" with an accuracy of 0. Checked
-    once per validation and per epoch (from the logged values: no extra GPU sync per step)."""
+    """Ends a run whose loss turned NaN or infinite (its weights are then mostly no longer
+    numbers, and testing them would record a meaningless accuracy). Checked once per validation
+    and per epoch (from the logged values: no extra GPU sync per step)."""
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:  # the sanity check runs the untrained model
@@ -271,9 +272,8 @@ class EndSpawnedProcessGroup(pl.Callback):
     exit when it ends, and Lightning leaves their gloo process group standing (it destroys only
     NCCL groups, at exit). A rank that exits with its gloo group alive can abort during interpreter
     shutdown ("terminate called without an active exception": gloo's worker threads are torn down
-    unjoined; pytorch/pytorch#65513, #190489), and the aborted rank fails the whole job. CI saw it
-    in tests/test_ddp.py's sweep. So the ranks end the group at the stage's teardown, after its
-    last collective: all wait at a barrier (no rank leaves while a peer is still in a
+    unjoined; pytorch/pytorch#65513, #190489), and the aborted rank fails the whole job. So the
+    ranks end the group at the stage's teardown, after its last collective: all wait at a barrier (no rank leaves while a peer is still in a
     collective), then each destroys it.
 
     Ranks launched by a script (trainer.strategy=ddp, fsdp) keep their group for the next stage,

@@ -78,6 +78,7 @@ class ClassificationTask(Optimized, pl.LightningModule):
         )
         # What a run should know about its numbers (train/evaluate keep them in the record).
         self.notes: list[str] = []
+        self.results: dict = {}  # what the run records beside its metrics (none for a classifier)
 
     def forward(self, **inputs: torch.Tensor) -> ModelOutput:
         return self.model(**inputs)

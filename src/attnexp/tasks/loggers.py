@@ -24,6 +24,7 @@ from pytorch_lightning.loggers.logger import rank_zero_experiment
 from pytorch_lightning.utilities import rank_zero_only
 
 from attnexp.files import next_attempt
+from attnexp.tasks.privates import drop_writer_setting
 
 
 class CSVLogger(loggers.CSVLogger):
@@ -88,7 +89,7 @@ def start_logs(run_loggers: Iterable[loggers.Logger]) -> None:
         if isinstance(logger, RESUMABLE):
             _ = logger.experiment  # makes the writer (rank zero only: the others write nothing)
         if isinstance(logger, loggers.TensorBoardLogger):
-            logger._kwargs.pop("purge_step", None)  # Lightning's SummaryWriter(**kwargs)
+            drop_writer_setting(logger, "purge_step")  # the writers ddp_spawn makes again
 
 
 @rank_zero_only  # a relaunched rank's logger writes nothing
@@ -98,8 +99,8 @@ def log_run_hparams(
     """The run's row of TensorBoard's HPARAMS tab: its settings and its final metrics, at `step`.
 
     Lightning's `log_hyperparams` also writes an experiment summary, which names the columns, and
-    TensorBoard takes the first one it finds in the logdir for every run: a sweep over bag_mlp and
-    bag_attn showed only the MLP's settings and test sets. Without one, TensorBoard builds the
+    TensorBoard takes the first one it finds in the logdir for every run (a sweep over two models
+    would show one model's settings and test sets only). Without one, TensorBoard builds the
     columns from every run's settings and scalar tags. Written at the final step (not 0), a
     resumed run's earlier final metrics are dropped with the rest of what it logged after its
     checkpoint (by TensorBoard's Python reader; the settings shown stay the first attempt's).

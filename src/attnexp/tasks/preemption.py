@@ -4,9 +4,10 @@ signal named by SUBMITIT_PREEMPT_SIGNAL; SIGUSR1 from a plain `sbatch --signal=U
 While a run trains, the signal only marks the run as preempted; `StopOnPreemption` then saves
 `checkpoints/last.ckpt` at the next batch end and stops training with `Preempted` at the next
 batch start, or at the end of training (every rank at the same batch). Not at an epoch's end:
-the epoch's row of the record is written at the next epoch's start. The train flow records the run as preempted and
-hands the signal to the handler that was there before (submitit's, which requeues the job and
-exits); the requeued job continues the run from that checkpoint (runs/requeue.py).
+the epoch's row of the record is written at the next epoch's start. The train flow records the
+run as preempted and hands the signal to the handler that was there before (submitit's, which
+requeues the job and exits); the requeued job continues the run from that checkpoint
+(runs/requeue.py).
 
 Why not at once, inside the handler (as Lightning's own SLURM auto-requeue does): a signal lands
 anywhere in a step, and a checkpoint taken there holds half an optimizer step. Between a batch's
