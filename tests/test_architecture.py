@@ -11,10 +11,10 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "attnexp"
 
 # Lowest first. A part may import its own layer and those below it, never one above. The shared
-# leaves (errors, files, schema, the package's own __init__) sit at the bottom; the launchers of
+# leaves (errors, files, rules, schema, the package's own __init__) sit at the bottom; the launchers of
 # `python -m attnexp[.evaluate|.explain|.predict|.report]` at the top.
 LAYERS = (
-    {"attnexp", "errors", "files", "schema"},
+    {"attnexp", "errors", "files", "rules", "schema"},
     {"modules"},
     {"models"},
     {"faithfulness"},

@@ -12,10 +12,11 @@ from hydra import compose
 from omegaconf import OmegaConf
 
 from attnexp.errors import ConfigError
+from attnexp.rules import Either, ListOf, Number, Renamed, Rule
 from attnexp.runner.config import package_configs
 from attnexp.runner.settings import check_values
 from attnexp.runs.flatten import flat_config
-from attnexp.schema import DECLARED, Either, ListOf, Number, Renamed, Rule, rule_for
+from attnexp.schema import DECLARED, rule_for
 
 CONF = Path(attnexp.conf.__file__).parent
 BAD = (0, -1, "x")

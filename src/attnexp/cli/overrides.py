@@ -20,8 +20,9 @@ from hydra.core.override_parser.types import Override, OverrideType
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from attnexp.rules import Renamed
 from attnexp.runner.config import package_configs
-from attnexp.schema import Renamed, rule_for
+from attnexp.schema import rule_for
 
 
 def _sets_a_key(override: Override, groups: Container[str]) -> bool:

@@ -14,8 +14,9 @@ from omegaconf import DictConfig
 
 from attnexp.data.base import AttnDataModule
 from attnexp.errors import ConfigError
+from attnexp.rules import Renamed
 from attnexp.runs.overrides import override_key
-from attnexp.schema import Renamed, rule_for
+from attnexp.schema import rule_for
 from attnexp.tasks.privates import full_key
 
 log = logging.getLogger(__name__)

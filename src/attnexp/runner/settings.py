@@ -9,9 +9,10 @@ from collections.abc import Iterator
 from omegaconf import DictConfig, OmegaConf
 
 from attnexp.errors import ConfigError
+from attnexp.rules import Rule
 from attnexp.runner.threads import available_cores
 from attnexp.runs.flatten import flat_config
-from attnexp.schema import Rule, declared_items
+from attnexp.schema import declared_items
 
 SEED_KEYS = ("seed", "data.seed", "data.split_seed")  # the run's data and weights follow them
 # A value that is another key's, as written: `${decode.beam_size}`.

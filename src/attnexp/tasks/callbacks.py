@@ -13,7 +13,7 @@ from pytorch_lightning.strategies.launchers import _MultiProcessingLauncher
 
 from attnexp.errors import ConfigError
 from attnexp.predictors import predictor_for
-from attnexp.schema import POSITIVE
+from attnexp.rules import POSITIVE
 from attnexp.tasks.loggers import figure_loggers, log_figure, log_text
 from attnexp.tasks.privates import logger_step
 
