@@ -37,7 +37,8 @@ from attnexp.runner.load import (
     read_run_record,
     run_settings_hint,
 )
-from attnexp.runner.predict import check_device, figure_folders, runs_to_compare
+from attnexp.runner.predict import figure_folders, runs_to_compare
+from attnexp.runner.predict.settings import check_command_settings
 from attnexp.runner.threads import set_threads
 from attnexp.runs.layout import run_holding
 from attnexp.runs.naming import new_run_name
@@ -55,11 +56,7 @@ class NoAttentionError(ConfigError):
 
 
 def check_explain_settings(cfg: DictConfig) -> None:
-    """explain.yaml's own settings, before anything is loaded."""
-    given_ckpt_path(cfg)
-    for key, rule in EXPLAIN.items():
-        rule.check(key, OmegaConf.select(cfg, key))
-    check_device(cfg.device, "explain")
+    check_command_settings(cfg, EXPLAIN, "explain")
 
 
 def check_explain_dir(out_dir: Path, given: bool) -> None:

@@ -4,18 +4,24 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from attnexp.errors import ConfigError
+from attnexp.rules import Rule
 from attnexp.runner.load import given_ckpt_path
 from attnexp.schema import PREDICT
 
 PREDICT_DEVICES = ("cpu", "cuda")
 
 
-def check_predict_settings(cfg: DictConfig) -> None:
-    """predict.yaml's own settings, before anything is loaded."""
+def check_command_settings(cfg: DictConfig, declared: dict[str, Rule], command: str) -> None:
+    """A command's own settings (predict.yaml, explain.yaml: `declared` in attnexp.schema), before
+    anything is loaded."""
     given_ckpt_path(cfg)
-    for key, rule in PREDICT.items():
+    for key, rule in declared.items():
         rule.check(key, OmegaConf.select(cfg, key))
-    check_device(cfg.device, "predict")
+    check_device(cfg.device, command)
+
+
+def check_predict_settings(cfg: DictConfig) -> None:
+    check_command_settings(cfg, PREDICT, "predict")
 
 
 def check_device(name: str, command: str) -> None:
