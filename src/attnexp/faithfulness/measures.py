@@ -127,6 +127,15 @@ def erasure(
         counts.reshape(-1),
     )
     decided = subject.probabilities(erase(wide, drop)).argmax(dim=1).view(B, steps)
+    return first_flips(decided, pred, n, counts)
+
+
+def first_flips(
+    decided: torch.Tensor, pred: torch.Tensor, n: torch.Tensor, counts: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """From the decisions (B, steps) after erasing `counts` (B, steps) of the n (B,) positions,
+    against the original `pred` (B,): `fraction` (B,) erased when the decision first flips (NaN:
+    never, or n < 2) and `flipped` (B, steps) whether it has flipped by each step."""
     flipped = (decided != pred[:, None]) & (n[:, None] > 1)
     flipped = flipped.cummax(dim=1).values  # once flipped, flipped (the counts only grow)
     first = torch.where(flipped.any(dim=1), flipped.float().argmax(dim=1), 0)

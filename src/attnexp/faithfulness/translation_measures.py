@@ -17,6 +17,7 @@ from captum.attr import LayerGradientXActivation, LayerIntegratedGradients
 from attnexp.faithfulness.explainer import Settings, agreement_columns, replacement_columns
 from attnexp.faithfulness.measures import (
     erasure_counts,
+    first_flips,
     random_order,
     shuffled,
     top_positions,
@@ -114,13 +115,7 @@ def erasure(
     drop = top_positions(order.repeat_interleave(steps, dim=0), wide.src_mask, counts.reshape(-1))
     source = erased_sources(wide, drop, translation.pad_id)
     decided = translation.log_probs(wide, source).argmax(dim=1).view(len(pairs), steps)
-    flipped = ((decided != pred[:, None]) & (n[:, None] > 1)).cummax(dim=1).values
-    first = torch.where(flipped.any(dim=1), flipped.float().argmax(dim=1), 0)
-    fraction = counts.gather(1, first[:, None]).squeeze(1) / n.clamp(min=1)
-    return {
-        "fraction": torch.where(flipped.any(dim=1), fraction.float(), torch.nan),
-        "flipped": flipped,
-    }
+    return first_flips(decided, pred, n, counts)
 
 
 def explain_translation_batch(
